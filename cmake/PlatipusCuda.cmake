@@ -1,0 +1,12 @@
+# PLATIPUS_WITH_CUDA: AUTO enables the CUDA targets when a CUDA compiler is found.
+set(PLATIPUS_CUDA_ENABLED OFF)
+if(NOT PLATIPUS_WITH_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(PLATIPUS_CUDA_ENABLED ON)
+  elseif(PLATIPUS_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "PLATIPUS_WITH_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER)")
+  endif()
+endif()
+message(STATUS "platipus: CUDA backend targets ${PLATIPUS_CUDA_ENABLED}")

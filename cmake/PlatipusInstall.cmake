@@ -1,0 +1,15 @@
+# cmake --install: headers, the platipus::platipus target and a package config,
+# so that a downstream project can find_package(platipus CONFIG REQUIRED).
+include(CMakePackageConfigHelpers)
+install(DIRECTORY include/platipus TYPE INCLUDE)
+install(TARGETS platipus EXPORT platipusTargets)
+install(EXPORT platipusTargets NAMESPACE platipus:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/platipus)
+configure_package_config_file(cmake/platipusConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/platipusConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/platipus)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/platipusConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+install(FILES
+  ${CMAKE_CURRENT_BINARY_DIR}/platipusConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/platipusConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/platipus)

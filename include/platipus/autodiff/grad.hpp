@@ -1,0 +1,158 @@
+// grad(outputs, inputs): reverse-mode gradients by walking the tape backwards.
+//
+// Only the part of the tape between the inputs and the outputs is visited:
+// a forward sweep marks the values that depend on an input, and the backward
+// sweep runs the rules of marked nodes that received a gradient, asking each
+// rule only for the input gradients that lead somewhere. With create_graph
+// the rules record onto the same tape, so the returned gradients are
+// differentiable; without it they run with recording off and return
+// constants. The tape is never consumed: grad can be called again on the
+// same outputs until the tape ends (PyTorch's retain_graph, always on).
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "platipus/autodiff/ops/arithmetic.hpp"
+
+namespace platipus {
+
+struct GradOptions {
+  // Record the backward pass so that its results can be differentiated again.
+  bool create_graph = false;
+  // Return zeros (as JAX does) for inputs that the outputs do not depend on,
+  // instead of throwing.
+  bool allow_unused = false;
+};
+
+// Gradients of sum_k <outputs[k], grad_outputs[k]> with respect to each input.
+// Without grad_outputs every output must be a single value (seed 1).
+template <class T, class B>
+std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const Var<T, B>> inputs,
+                            std::span<const Var<T, B>> grad_outputs, GradOptions options = {}) {
+  using Value = detail::Value<T, B>;
+  Tape<T, B>& tape = detail::common_tape("grad", outputs);
+  check(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "grad",
+        "{} grad_outputs given for {} outputs", grad_outputs.size(), outputs.size());
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    if (grad_outputs.empty()) {
+      check(outputs[k].numel() == 1, "grad",
+            "output {} has shape {}; a non-scalar output needs grad_outputs (a seed of its shape)", k,
+            outputs[k].shape());
+    } else {
+      check(grad_outputs[k].defined() && grad_outputs[k].shape() == outputs[k].shape(), "grad",
+            "grad_outputs[{}] must have the shape of output {} ({})", k, k, outputs[k].shape());
+    }
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    check(inputs[i].defined(), "grad", "input {} is an undefined Var", i);
+    check(&inputs[i].tape() == &tape, "grad", "input {} (shape {}) is on a different tape than the outputs", i,
+          inputs[i].shape());
+    check(inputs[i].requires_grad() || options.allow_unused, "grad",
+          "input {} (shape {}) is not on the tape as a variable (it is a constant); pass allow_unused "
+          "to get zeros",
+          i, inputs[i].shape());
+  }
+
+  // Value ids [lo, hi] bound everything that can carry a gradient from an
+  // output to an input.
+  std::uint32_t lo = UINT32_MAX, hi = 0;
+  for (const auto& x : inputs)
+    if (x.requires_grad()) lo = std::min(lo, x.record()->id);
+  for (const auto& y : outputs) hi = std::max(hi, y.record()->id);
+  std::vector<Var<T, B>> result(inputs.size());
+  if (lo <= hi) {
+    const std::size_t span = hi - lo + 1;
+    auto slot = [lo](const Value* v) { return static_cast<std::size_t>(v->id - lo); };
+    auto in_range = [lo, hi](const Value* v) { return v->id >= lo && v->id <= hi; };
+    std::vector<char> reaches(span, 0);
+    for (const auto& x : inputs)
+      if (x.requires_grad()) reaches[slot(x.record())] = 1;
+
+    const auto nodes = tape.node_list();
+    auto first_output_id = [](const detail::Node<T, B>* n) { return n->outputs[0]->id; };
+    const auto begin = std::ranges::partition_point(nodes, [&](auto* n) { return first_output_id(n) <= lo; });
+    const auto end = std::ranges::partition_point(nodes, [&](auto* n) { return first_output_id(n) <= hi; });
+    const auto first = static_cast<std::size_t>(begin - nodes.begin());
+    const auto last = static_cast<std::size_t>(end - nodes.begin());
+
+    for (std::size_t n = first; n < last; ++n) {
+      const auto* node = nodes[n];
+      const bool any = std::ranges::any_of(node->inputs, [&](const Value* v) { return in_range(v) && reaches[slot(v)]; });
+      if (any)
+        for (const Value* v : node->outputs) reaches[slot(v)] = 1;
+    }
+
+    GradModeGuard mode(options.create_graph);
+    std::vector<Var<T, B>> grads(span);
+    auto accumulate = [&](const Value* v, Var<T, B> g) {
+      Var<T, B>& s = grads[slot(v)];
+      s = s.defined() ? add(s, g) : g;
+    };
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      const Value* y = outputs[k].record();
+      if (!in_range(y) || !reaches[slot(y)]) continue;
+      accumulate(y, grad_outputs.empty() ? tape.constant(Tensor<T, B>::ones(y->data.shape())) : grad_outputs[k]);
+    }
+
+    std::vector<Var<T, B>> out_grads, in_grads;
+    std::vector<char> needs;
+    for (std::size_t n = last; n-- > first;) {
+      auto* node = tape.node_list()[n];  // re-read: recording rules grow the list
+      out_grads.clear();
+      bool any_grad = false;
+      for (const Value* v : node->outputs) {
+        out_grads.push_back(grads[slot(v)]);
+        any_grad = any_grad || out_grads.back().defined();
+      }
+      if (!any_grad) continue;
+      needs.assign(node->inputs.size(), 0);
+      bool any_need = false;
+      for (std::size_t i = 0; i < node->inputs.size(); ++i) {
+        const Value* v = node->inputs[i];
+        needs[i] = v->requires_grad && in_range(v) && reaches[slot(v)];
+        any_need = any_need || needs[i];
+      }
+      if (!any_need) continue;
+      in_grads.assign(node->inputs.size(), Var<T, B>());
+      Backward<T, B> context(*node, out_grads, needs, in_grads);
+      node->backward(context);
+      for (std::size_t i = 0; i < node->inputs.size(); ++i) {
+        if (!needs[i] || !in_grads[i].defined()) continue;
+        check(in_grads[i].shape() == node->inputs[i]->data.shape(), "grad",
+              "the backward rule of '{}' gave shape {} for input {} of shape {}", node->name,
+              in_grads[i].shape(), i, node->inputs[i]->data.shape());
+        accumulate(node->inputs[i], in_grads[i]);
+      }
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].requires_grad()) result[i] = grads[slot(inputs[i].record())];
+  }
+
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (result[i].defined()) continue;
+    check(options.allow_unused, "grad",
+          "input {} (shape {}) does not influence the outputs; pass allow_unused to get zeros", i,
+          inputs[i].shape());
+    result[i] = tape.constant(Tensor<T, B>::zeros(inputs[i].shape()));
+  }
+  return result;
+}
+
+template <class T, class B>
+std::vector<Var<T, B>> grad(const Var<T, B>& output, std::span<const Var<T, B>> inputs, GradOptions options = {}) {
+  return grad(std::span<const Var<T, B>>(&output, 1), inputs, {}, options);
+}
+
+template <class T, class B>
+std::vector<Var<T, B>> grad(const Var<T, B>& output, std::initializer_list<Var<T, B>> inputs,
+                            GradOptions options = {}) {
+  return grad(output, std::span<const Var<T, B>>(inputs.begin(), inputs.size()), options);
+}
+
+template <class T, class B>
+Var<T, B> grad(const Var<T, B>& output, const Var<T, B>& input, GradOptions options = {}) {
+  return grad(output, std::span<const Var<T, B>>(&input, 1), options)[0];
+}
+
+}  // namespace platipus

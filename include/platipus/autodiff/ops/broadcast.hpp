@@ -1,0 +1,33 @@
+// expand (broadcast to a shape) and sum_to (sum down to a shape): each is
+// the other's adjoint, which closes the pair under differentiation.
+#pragma once
+
+#include "platipus/autodiff/record.hpp"
+#include "platipus/tensor/layout.hpp"
+#include "platipus/tensor/reduce.hpp"
+
+namespace platipus {
+
+template <class T, class B>
+Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape);
+
+// Broadcasts x to `shape` (NumPy rules); x itself when the shapes agree.
+template <class T, class B>
+Var<T, B> expand(const Var<T, B>& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  return record("expand", {x}, raw::expand(x.value(), shape), [](Backward<T, B>& c) {
+    c.set(0, sum_to(c.grad(), c.input(0).shape()));
+  });
+}
+
+// Sums x down to `shape`, which must broadcast to x's shape: the gradient of
+// a broadcast. x itself when the shapes agree.
+template <class T, class B>
+Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  return record("sum_to", {x}, raw::sum_to(x.value(), shape), [](Backward<T, B>& c) {
+    c.set(0, expand(c.grad(), c.input(0).shape()));
+  });
+}
+
+}  // namespace platipus

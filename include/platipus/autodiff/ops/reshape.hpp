@@ -1,0 +1,54 @@
+// reshape (one axis may be -1, inferred from the others) and transpose.
+#pragma once
+
+#include <vector>
+
+#include "platipus/autodiff/record.hpp"
+#include "platipus/tensor/layout.hpp"
+
+namespace platipus {
+
+// `dims` with a single -1 replaced so that the element count is `numel`.
+inline Shape infer_shape(std::span<const std::int64_t> dims, std::int64_t numel, const Shape& from) {
+  std::int64_t known = 1;
+  int inferred = -1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == -1) {
+      check(inferred < 0, "reshape", "more than one -1 in the target shape for {}", from);
+      inferred = static_cast<int>(i);
+    } else {
+      known *= dims[i];
+    }
+  }
+  std::vector<std::int64_t> out(dims.begin(), dims.end());
+  if (inferred >= 0) {
+    check(known > 0 && numel % known == 0, "reshape", "cannot infer -1 reshaping {}", from);
+    out[static_cast<std::size_t>(inferred)] = numel / known;
+  }
+  Shape shape(out);
+  check(shape.numel() == numel, "reshape", "cannot reshape {} ({} elements) into {}", from, numel, shape);
+  return shape;
+}
+
+template <class T, class B>
+Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  check(shape.numel() == x.numel(), "reshape", "cannot reshape {} into {}", x.shape(), shape);
+  return record("reshape", {x}, x.value().clone().reshaped(shape), [](Backward<T, B>& c) {
+    c.set(0, reshape(c.grad(), c.input(0).shape()));
+  });
+}
+
+template <class T, class B>
+Var<T, B> reshape(const Var<T, B>& x, std::initializer_list<std::int64_t> dims) {
+  return reshape(x, infer_shape(std::span(dims.begin(), dims.size()), x.numel(), x.shape()));
+}
+
+// Swaps two axes (by default the last two).
+template <class T, class B>
+Var<T, B> transpose(const Var<T, B>& x, int axis0 = -2, int axis1 = -1) {
+  return record("transpose", {x}, raw::transpose(x.value(), axis0, axis1),
+                [axis0, axis1](Backward<T, B>& c) { c.set(0, transpose(c.grad(), axis0, axis1)); });
+}
+
+}  // namespace platipus

@@ -1,0 +1,106 @@
+// Recording an op on a tape. An op computes its result with raw kernels and
+// hands `record` the result, its inputs and its backward rule:
+//
+//   return record("mul", {a, b}, raw::map(BinaryOp::mul, ...),
+//                 [](Backward<T, B>& c) {
+//                   if (c.needs(0)) c.set(0, sum_to(c.grad() * c.input(1), c.input(0).shape()));
+//                   if (c.needs(1)) c.set(1, sum_to(c.grad() * c.input(0), c.input(1).shape()));
+//                 });
+//
+// Rules use differentiable ops, so under create_graph the backward pass is
+// itself recorded and can be differentiated again, to any order.
+#pragma once
+
+#include <vector>
+
+#include "platipus/autodiff/tape.hpp"
+
+namespace platipus {
+
+// What a backward rule sees: the node's inputs and outputs, the gradients
+// flowing into its outputs, and which input gradients are wanted.
+template <class T, class B>
+class Backward {
+ public:
+  Backward(detail::Node<T, B>& node, std::span<const Var<T, B>> grads, std::span<const char> needs,
+           std::span<Var<T, B>> results)
+      : node_(node), grads_(grads), needs_(needs), results_(results) {}
+
+  Var<T, B> input(std::size_t i) const { return Var<T, B>(node_.inputs[i]); }
+  Var<T, B> output(std::size_t k = 0) const { return Var<T, B>(node_.outputs[k]); }
+  // The gradient of the k-th output; undefined when none flowed into it
+  // (only possible for ops with several outputs).
+  Var<T, B> grad(std::size_t k = 0) const { return grads_[k]; }
+  bool needs(std::size_t i) const { return needs_[i] != 0; }
+  void set(std::size_t i, Var<T, B> g) { results_[i] = g; }
+  std::size_t input_count() const { return node_.inputs.size(); }
+  std::size_t output_count() const { return node_.outputs.size(); }
+  Tape<T, B>& tape() const { return *node_.outputs[0]->tape; }
+
+ private:
+  detail::Node<T, B>& node_;
+  std::span<const Var<T, B>> grads_;
+  std::span<const char> needs_;
+  std::span<Var<T, B>> results_;
+};
+
+namespace detail {
+
+// The tape shared by all inputs; throws when they come from different tapes.
+template <class T, class B>
+Tape<T, B>& common_tape(std::string_view op, std::span<const Var<T, B>> inputs) {
+  Tape<T, B>* tape = nullptr;
+  for (const auto& x : inputs) {
+    check(x.defined(), op, "an input is an undefined Var");
+    check(tape == nullptr || &x.tape() == tape, op, "inputs belong to different tapes");
+    tape = &x.tape();
+  }
+  check(tape != nullptr, op, "no inputs");
+  return *tape;
+}
+
+template <class T, class B>
+bool should_record(std::span<const Var<T, B>> inputs) {
+  if (!GradMode::enabled()) return false;
+  for (const auto& x : inputs)
+    if (x.requires_grad()) return true;
+  return false;
+}
+
+}  // namespace detail
+
+template <class T, class B, class Rule>
+Var<T, B> record(const char* name, std::span<const Var<T, B>> inputs, Tensor<T, B> result, Rule&& rule) {
+  Tape<T, B>& tape = detail::common_tape(name, inputs);
+  if (!detail::should_record(inputs)) return Var<T, B>(tape.make_value(std::move(result), nullptr, 0, false));
+  auto* node = tape.make_node(name, inputs, 1, std::forward<Rule>(rule));
+  node->outputs[0] = tape.make_value(std::move(result), node, 0, true);
+  return Var<T, B>(node->outputs[0]);
+}
+
+template <class T, class B, class Rule>
+Var<T, B> record(const char* name, std::initializer_list<Var<T, B>> inputs, Tensor<T, B> result, Rule&& rule) {
+  return record(name, std::span<const Var<T, B>>(inputs.begin(), inputs.size()), std::move(result),
+                std::forward<Rule>(rule));
+}
+
+// An op with several outputs (split): one node, one Var per result.
+template <class T, class B, class Rule>
+std::vector<Var<T, B>> record_many(const char* name, std::span<const Var<T, B>> inputs,
+                                   std::vector<Tensor<T, B>> results, Rule&& rule) {
+  Tape<T, B>& tape = detail::common_tape(name, inputs);
+  std::vector<Var<T, B>> out;
+  out.reserve(results.size());
+  if (!detail::should_record(inputs)) {
+    for (auto& r : results) out.emplace_back(tape.make_value(std::move(r), nullptr, 0, false));
+    return out;
+  }
+  auto* node = tape.make_node(name, inputs, results.size(), std::forward<Rule>(rule));
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    node->outputs[k] = tape.make_value(std::move(results[k]), node, static_cast<std::uint32_t>(k), true);
+    out.emplace_back(node->outputs[k]);
+  }
+  return out;
+}
+
+}  // namespace platipus

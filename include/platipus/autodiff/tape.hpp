@@ -1,0 +1,152 @@
+// The tape and its records, and Var: a handle to a value on a tape.
+//
+// A Tape is the scope of one computation (one meta-step, say): every value
+// and every backward node recorded on it lives in its arena and is freed when
+// the Tape is destroyed. Records refer to each other by plain pointers into
+// the arena, in creation order, so there are no reference counts and no
+// cycles; the backward pass walks the node list from the end. A Var is one
+// pointer and is valid while its tape lives.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "platipus/autodiff/arena.hpp"
+#include "platipus/autodiff/grad_mode.hpp"
+#include "platipus/tensor/tensor.hpp"
+
+namespace platipus {
+
+template <class T, class B>
+class Tape;
+template <class T, class B>
+class Var;
+template <class T, class B>
+class Backward;
+
+namespace detail {
+
+template <class T, class B>
+struct Node;
+
+template <class T, class B>
+struct Value {
+  Tensor<T, B> data;
+  Tape<T, B>* tape = nullptr;
+  Node<T, B>* producer = nullptr;  // null for leaves and constants
+  std::uint32_t id = 0;            // position on the tape, in creation order
+  std::uint32_t output_index = 0;  // which output of `producer`
+  bool requires_grad = false;
+};
+
+// One recorded op: its inputs and outputs and the rule that maps output
+// gradients to input gradients, written with differentiable ops.
+template <class T, class B>
+struct Node {
+  const char* name = "";
+  std::span<Value<T, B>*> inputs;
+  std::span<Value<T, B>*> outputs;
+  virtual void backward(Backward<T, B>& context) = 0;
+  virtual ~Node() = default;
+};
+
+template <class T, class B, class Rule>
+struct RuleNode final : Node<T, B> {
+  explicit RuleNode(Rule r) : rule(std::move(r)) {}
+  void backward(Backward<T, B>& context) override { rule(context); }
+  Rule rule;
+};
+
+}  // namespace detail
+
+template <class T, class B = cpu>
+class Var {
+ public:
+  using value_type = T;
+  using backend = B;
+
+  Var() = default;
+  explicit Var(detail::Value<T, B>* v) : v_(v) {}
+
+  bool defined() const { return v_ != nullptr; }
+  const Tensor<T, B>& value() const { return v_->data; }
+  const Shape& shape() const { return v_->data.shape(); }
+  int rank() const { return shape().rank(); }
+  std::int64_t numel() const { return shape().numel(); }
+  std::int64_t dim(int axis) const { return shape().dim(axis); }
+  T item() const { return value().item(); }
+  std::vector<T> to_vector() const { return value().to_vector(); }
+
+  // True when gradients can flow to this value (a variable, or computed from one).
+  bool requires_grad() const { return v_->requires_grad; }
+  Tape<T, B>& tape() const { return *v_->tape; }
+  detail::Value<T, B>* record() const { return v_; }
+
+  friend bool operator==(const Var& a, const Var& b) { return a.v_ == b.v_; }
+
+ private:
+  detail::Value<T, B>* v_ = nullptr;
+};
+
+template <class T, class B = cpu>
+class Tape {
+ public:
+  using Value = detail::Value<T, B>;
+  using Node = detail::Node<T, B>;
+
+  Tape() = default;
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+  ~Tape() {
+    for (Node* n : nodes_) n->~Node();
+    for (Value* v : values_) v->~Value();
+  }
+
+  // A leaf that gradients are taken with respect to.
+  Var<T, B> variable(Tensor<T, B>&& value) { return Var<T, B>(make_value(std::move(value), nullptr, 0, true)); }
+  Var<T, B> variable(const Tensor<T, B>& value) { return variable(value.clone()); }
+  // Data: a value on the tape that no gradient flows to.
+  Var<T, B> constant(Tensor<T, B>&& value) { return Var<T, B>(make_value(std::move(value), nullptr, 0, false)); }
+  Var<T, B> constant(const Tensor<T, B>& value) { return constant(value.clone()); }
+
+  std::size_t values() const { return values_.size(); }
+  std::size_t nodes() const { return nodes_.size(); }
+
+  // Internal: used by `record` and the backward engine.
+  Value* make_value(Tensor<T, B> data, Node* producer, std::uint32_t output_index, bool requires_grad) {
+    Value* v = arena_.make<Value>();
+    v->data = std::move(data);
+    v->tape = this;
+    v->producer = producer;
+    v->id = static_cast<std::uint32_t>(values_.size());
+    v->output_index = output_index;
+    v->requires_grad = requires_grad;
+    values_.push_back(v);
+    return v;
+  }
+
+  template <class Rule>
+  Node* make_node(const char* name, std::span<const Var<T, B>> inputs, std::size_t output_count,
+                  Rule&& rule) {
+    auto* node = arena_.make<detail::RuleNode<T, B, std::decay_t<Rule>>>(std::forward<Rule>(rule));
+    node->name = name;
+    Value** in = arena_.make_array<Value*>(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i].record();
+    node->inputs = {in, inputs.size()};
+    node->outputs = {arena_.make_array<Value*>(output_count), output_count};
+    nodes_.push_back(node);
+    return node;
+  }
+
+  std::span<Node* const> node_list() const { return nodes_; }
+  Value* value_at(std::size_t id) const { return values_[id]; }
+
+ private:
+  detail::Arena arena_;
+  std::vector<Value*> values_;
+  std::vector<Node*> nodes_;
+};
+
+}  // namespace platipus

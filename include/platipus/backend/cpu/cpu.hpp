@@ -1,0 +1,243 @@
+// platipus::cpu, the Eigen backend: contiguous loops that the compiler
+// vectorises, Eigen's vectorised exp/log/tanh/sqrt, and Eigen matrix products
+// for GEMM.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include <Eigen/Core>
+
+#include "platipus/backend/block_cache.hpp"
+#include "platipus/backend/concept.hpp"
+#include "platipus/core/philox.hpp"
+
+namespace platipus {
+
+struct cpu {
+  static constexpr const char* name = "cpu";
+  static constexpr std::size_t alignment = 64;
+
+  // ---- memory ----
+  static void* allocate(std::size_t bytes) { return Cache::local().allocate(bytes); }
+  static void deallocate(void* p, std::size_t bytes) { Cache::local().deallocate(p, bytes); }
+  static void copy(void* dst, const void* src, std::size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  static void copy_to_host(void* dst, const void* src, std::size_t bytes) { copy(dst, src, bytes); }
+  static void copy_from_host(void* dst, const void* src, std::size_t bytes) {
+    copy(dst, src, bytes);
+  }
+  static void synchronize() {}
+
+  // ---- elementwise ----
+  template <class T>
+  static void fill(T* y, std::int64_t n, T value) {
+    std::fill(y, y + n, value);
+  }
+
+  template <class T>
+  static void unary(UnaryOp op, const T* x, T* y, std::int64_t n, T s) {
+    using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+    Eigen::Map<const Array> in(x, n);
+    Eigen::Map<Array> out(y, n);
+    switch (op) {  // Eigen's packet math for the transcendental ones
+      case UnaryOp::exp: out = in.exp(); return;
+      case UnaryOp::log: out = in.log(); return;
+      case UnaryOp::tanh: out = in.tanh(); return;
+      case UnaryOp::sqrt: out = in.sqrt(); return;
+      default: break;
+    }
+    visit_unary(op, [&](auto f) {
+      for (std::int64_t i = 0; i < n; ++i) y[i] = f(x[i], s);
+    });
+  }
+
+  template <class T>
+  static void binary(BinaryOp op, const T* a, const T* b, T* y, const BroadcastLayout& l) {
+    visit_binary(op, [&](auto f) { broadcast_loop(f, a, b, y, l); });
+  }
+
+  template <class T>
+  static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = mask[i] != T(0) ? a[i] : b[i];
+  }
+
+  // ---- reductions ----
+  template <class T>
+  static void reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l) {
+    if (op == ReduceOp::sum) {
+      reduce_loop(x, y, l, T(0), [](T acc, T v) { return acc + v; });
+    } else {
+      reduce_loop(x, y, l, -std::numeric_limits<T>::infinity(),
+                  [](T acc, T v) { return v > acc ? v : acc; });
+    }
+  }
+
+  // ---- layout ----
+  template <class T>
+  static void strided_copy(const T* src, T* dst, const CopyLayout& l) {
+    if (l.rank == 0) {
+      *dst = *src;
+      return;
+    }
+    const int last = l.rank - 1;
+    const std::int64_t inner = l.dims[last], ss = l.stride_src[last], sd = l.stride_dst[last];
+    for_each_row(l.rank, l.dims, [&](const Strides& index) {
+      std::int64_t os = 0, od = 0;
+      for (int a = 0; a < last; ++a) os += index[a] * l.stride_src[a], od += index[a] * l.stride_dst[a];
+      const T* s = src + os;
+      T* d = dst + od;
+      if (ss == 1 && sd == 1) {
+        std::copy(s, s + inner, d);
+      } else {
+        for (std::int64_t i = 0; i < inner; ++i) d[i * sd] = s[i * ss];
+      }
+    });
+  }
+
+  // ---- GEMM ----
+  template <class T>
+  static void gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c) {
+    using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const auto a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
+    const auto b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
+    for (std::int64_t i = 0; i < g.batch; ++i) {
+      Eigen::Map<const Matrix> A(a + i * g.stride_a, a_rows, a_cols);
+      Eigen::Map<const Matrix> B(b + i * g.stride_b, b_rows, b_cols);
+      Eigen::Map<Matrix> C(c + i * g.stride_c, g.m, g.n);
+      if (g.beta == T(0)) C.setZero();
+      else if (g.beta != T(1)) C *= g.beta;
+      if (g.trans_a && g.trans_b) C.noalias() += g.alpha * A.transpose() * B.transpose();
+      else if (g.trans_a) C.noalias() += g.alpha * A.transpose() * B;
+      else if (g.trans_b) C.noalias() += g.alpha * A * B.transpose();
+      else C.noalias() += g.alpha * A * B;
+    }
+  }
+
+  // ---- indexing ----
+  template <class T>
+  static void gather(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
+    for (std::int64_t o = 0; o < l.outer; ++o)
+      for (std::int64_t j = 0; j < l.count; ++j)
+        std::copy_n(src + (o * l.source_axis + index[j]) * l.inner, l.inner,
+                    dst + (o * l.count + j) * l.inner);
+  }
+  template <class T>
+  static void scatter_add(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
+    for (std::int64_t o = 0; o < l.outer; ++o)
+      for (std::int64_t j = 0; j < l.count; ++j) {
+        const T* s = src + (o * l.count + j) * l.inner;
+        T* d = dst + (o * l.source_axis + index[j]) * l.inner;
+        for (std::int64_t i = 0; i < l.inner; ++i) d[i] += s[i];
+      }
+  }
+
+  // ---- random ----
+  template <class T>
+  static void fill_uniform(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
+                           std::uint64_t block) {
+    philox_fill(y, n, seed, stream, block, [](const PhiloxBlock& b, int lane) {
+      return PhiloxDraw<T>::uniform(b, lane);
+    });
+  }
+  template <class T>
+  static void fill_normal(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
+                          std::uint64_t block) {
+    philox_fill(y, n, seed, stream, block, [](const PhiloxBlock& b, int lane) {
+      return PhiloxDraw<T>::normal(b, lane);
+    });
+  }
+
+ private:
+  static void* raw_allocate(std::size_t bytes) {
+    return ::operator new(bytes, std::align_val_t{alignment});
+  }
+  static void raw_free(void* p) { ::operator delete(p, std::align_val_t{alignment}); }
+  using Cache = detail::BlockCache<&raw_allocate, &raw_free>;
+
+  // Calls f(index) for every multi-index over all axes but the last.
+  template <class F>
+  static void for_each_row(int rank, const Strides& dims, F&& f) {
+    Strides index{};
+    std::int64_t rows = 1;
+    for (int a = 0; a + 1 < rank; ++a) rows *= dims[a];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      f(index);
+      for (int a = rank - 2; a >= 0; --a) {
+        if (++index[a] < dims[a]) break;
+        index[a] = 0;
+      }
+    }
+  }
+
+  template <class F, class T>
+  static void broadcast_loop(F f, const T* a, const T* b, T* y, const BroadcastLayout& l) {
+    if (l.rank == 0) {
+      *y = f(*a, *b);
+      return;
+    }
+    const int last = l.rank - 1;
+    const std::int64_t inner = l.dims[last], sa = l.stride_a[last], sb = l.stride_b[last];
+    for_each_row(l.rank, l.dims, [&](const Strides& index) {
+      std::int64_t oa = 0, ob = 0;
+      for (int ax = 0; ax < last; ++ax) oa += index[ax] * l.stride_a[ax], ob += index[ax] * l.stride_b[ax];
+      const T* pa = a + oa;
+      const T* pb = b + ob;
+      // The inner loop specialised on the common stride pairs, so that it vectorises.
+      if (sa == 1 && sb == 1) {
+        for (std::int64_t i = 0; i < inner; ++i) y[i] = f(pa[i], pb[i]);
+      } else if (sa == 1 && sb == 0) {
+        const T vb = *pb;
+        for (std::int64_t i = 0; i < inner; ++i) y[i] = f(pa[i], vb);
+      } else if (sa == 0 && sb == 1) {
+        const T va = *pa;
+        for (std::int64_t i = 0; i < inner; ++i) y[i] = f(va, pb[i]);
+      } else {
+        for (std::int64_t i = 0; i < inner; ++i) y[i] = f(pa[i * sa], pb[i * sb]);
+      }
+      y += inner;
+    });
+  }
+
+  template <class T, class Combine>
+  static void reduce_loop(const T* x, T* y, const ReduceLayout& l, T identity, Combine combine) {
+    std::fill(y, y + l.out_numel, identity);
+    if (l.rank == 0) {
+      *y = combine(*y, *x);
+      return;
+    }
+    const int last = l.rank - 1;
+    const std::int64_t inner = l.dims[last], so = l.stride_out[last];
+    for_each_row(l.rank, l.dims, [&](const Strides& index) {
+      std::int64_t oo = 0;
+      for (int a = 0; a < last; ++a) oo += index[a] * l.stride_out[a];
+      T* out = y + oo;
+      if (so == 0) {
+        T acc = *out;
+        for (std::int64_t i = 0; i < inner; ++i) acc = combine(acc, x[i]);
+        *out = acc;
+      } else {
+        for (std::int64_t i = 0; i < inner; ++i) out[i * so] = combine(out[i * so], x[i]);
+      }
+      x += inner;
+    });
+  }
+
+  template <class T, class Draw>
+  static void philox_fill(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
+                          std::uint64_t block, Draw draw) {
+    constexpr int per = PhiloxDraw<T>::per_block;
+    for (std::int64_t i = 0; i < n; i += per) {
+      const PhiloxBlock b = philox4x32_10(seed, block + static_cast<std::uint64_t>(i / per), stream);
+      for (int lane = 0; lane < per && i + lane < n; ++lane) y[i + lane] = draw(b, lane);
+    }
+  }
+};
+
+static_assert(Backend<cpu>);
+
+}  // namespace platipus

@@ -1,0 +1,63 @@
+// Plain descriptors that the tensor layer computes and every backend
+// consumes: how operands are laid out for one broadcast map, reduction,
+// strided copy, batched GEMM or index operation. All extents and strides are
+// in elements; a stride of 0 repeats (broadcasts) along that axis.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "platipus/core/shape.hpp"
+
+namespace platipus {
+
+using Strides = std::array<std::int64_t, Shape::max_rank>;
+
+// out[i] = f(a[i . stride_a], b[i . stride_b]) over the multi-index i < dims.
+struct BroadcastLayout {
+  int rank = 0;
+  Strides dims{}, stride_a{}, stride_b{};
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= dims[static_cast<std::size_t>(i)];
+    return n;
+  }
+};
+
+// out[i . stride_out] op= in[i] over the multi-index i < dims of the
+// (contiguous) input; reduced axes have stride_out 0.
+struct ReduceLayout {
+  int rank = 0;
+  Strides dims{}, stride_out{};
+  std::int64_t in_numel = 0, out_numel = 0;
+};
+
+// dst[i . stride_dst] = src[i . stride_src] over i < dims.
+struct CopyLayout {
+  int rank = 0;
+  Strides dims{}, stride_src{}, stride_dst{};
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= dims[static_cast<std::size_t>(i)];
+    return n;
+  }
+};
+
+// C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b] for b < batch, row-major,
+// op(A) is m x k and op(B) is k x n. A batch stride of 0 reuses one matrix.
+template <class T>
+struct GemmLayout {
+  bool trans_a = false, trans_b = false;
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  T alpha = T(1), beta = T(0);
+};
+
+// A tensor viewed as [outer, axis, inner] for gather / scatter-add along axis.
+struct IndexLayout {
+  std::int64_t outer = 1, inner = 1;
+  std::int64_t source_axis = 0;  // extent of the indexed axis in the larger tensor
+  std::int64_t count = 0;        // number of indices
+};
+
+}  // namespace platipus

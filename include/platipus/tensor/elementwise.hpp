@@ -1,0 +1,65 @@
+// Raw (non-recording) elementwise kernels on tensors: unary maps, binary
+// maps with NumPy broadcasting, and masked select.
+#pragma once
+
+#include "platipus/tensor/tensor.hpp"
+
+namespace platipus::raw {
+
+namespace detail {
+
+// Aligns both operand shapes to `out`, gives broadcast axes stride 0, drops
+// size-1 axes and merges adjacent axes that are contiguous in both operands,
+// so that most broadcasts become one or two flat loops.
+inline BroadcastLayout broadcast_layout(const Shape& out, const Shape& a, const Shape& b) {
+  const Strides ca = contiguous_strides(a), cb = contiguous_strides(b);
+  BroadcastLayout l;
+  for (int i = 0; i < out.rank(); ++i) {
+    if (out[i] == 1) continue;
+    const int ia = i - (out.rank() - a.rank()), ib = i - (out.rank() - b.rank());
+    const std::int64_t sa = (ia >= 0 && a[ia] != 1) ? ca[static_cast<std::size_t>(ia)] : 0;
+    const std::int64_t sb = (ib >= 0 && b[ib] != 1) ? cb[static_cast<std::size_t>(ib)] : 0;
+    if (l.rank > 0) {
+      const auto p = static_cast<std::size_t>(l.rank - 1);
+      if (l.stride_a[p] == sa * out[i] && l.stride_b[p] == sb * out[i]) {
+        l.dims[p] *= out[i];
+        l.stride_a[p] = sa;
+        l.stride_b[p] = sb;
+        continue;
+      }
+    }
+    const auto q = static_cast<std::size_t>(l.rank++);
+    l.dims[q] = out[i];
+    l.stride_a[q] = sa;
+    l.stride_b[q] = sb;
+  }
+  return l;
+}
+
+}  // namespace detail
+
+template <class T, class B>
+Tensor<T, B> map(UnaryOp op, const Tensor<T, B>& x, T scalar = T(0)) {
+  Tensor<T, B> y(x.shape());
+  if (x.numel()) B::unary(op, x.data(), y.data(), x.numel(), scalar);
+  return y;
+}
+
+template <class T, class B>
+Tensor<T, B> map(BinaryOp op, const Tensor<T, B>& a, const Tensor<T, B>& b, std::string_view name) {
+  Tensor<T, B> y(broadcast_shapes(a.shape(), b.shape(), name));
+  if (y.numel()) B::binary(op, a.data(), b.data(), y.data(), detail::broadcast_layout(y.shape(), a.shape(), b.shape()));
+  return y;
+}
+
+// mask ? a : b elementwise; all three of one shape.
+template <class T, class B>
+Tensor<T, B> select(const Tensor<T, B>& mask, const Tensor<T, B>& a, const Tensor<T, B>& b) {
+  check(mask.shape() == a.shape() && a.shape() == b.shape(), "where",
+        "mask {}, a {} and b {} must have one shape", mask.shape(), a.shape(), b.shape());
+  Tensor<T, B> y(a.shape());
+  if (y.numel()) B::select(mask.data(), a.data(), b.data(), y.data(), y.numel());
+  return y;
+}
+
+}  // namespace platipus::raw

@@ -1,0 +1,78 @@
+// Raw reductions: sum or max of a tensor down to a shape it broadcasts to
+// ("sum_to", the adjoint of broadcasting), and over a list of axes.
+#pragma once
+
+#include <vector>
+
+#include "platipus/tensor/tensor.hpp"
+
+namespace platipus::raw {
+
+namespace detail {
+
+// Layout reducing `in` to `out`, where `out` broadcasts to `in`; size-1 axes
+// dropped and runs of kept / reduced axes merged.
+inline ReduceLayout reduce_layout(const Shape& in, const Shape& out) {
+  const Strides co = contiguous_strides(out);
+  ReduceLayout l;
+  l.in_numel = in.numel();
+  l.out_numel = out.numel();
+  for (int i = 0; i < in.rank(); ++i) {
+    if (in[i] == 1) continue;
+    const int io = i - (in.rank() - out.rank());
+    const std::int64_t so = (io >= 0 && out[io] != 1) ? co[static_cast<std::size_t>(io)] : 0;
+    if (l.rank > 0) {
+      const auto p = static_cast<std::size_t>(l.rank - 1);
+      if (l.stride_out[p] == so * in[i]) {
+        l.dims[p] *= in[i];
+        l.stride_out[p] = so;
+        continue;
+      }
+    }
+    const auto q = static_cast<std::size_t>(l.rank++);
+    l.dims[q] = in[i];
+    l.stride_out[q] = so;
+  }
+  return l;
+}
+
+}  // namespace detail
+
+// Reduces x to `shape`, which must broadcast to x's shape (NumPy rules).
+template <class T, class B>
+Tensor<T, B> reduce_to(ReduceOp op, const Tensor<T, B>& x, const Shape& shape) {
+  check(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), "sum_to",
+        "shape {} does not broadcast to {}", shape, x.shape());
+  Tensor<T, B> y(shape);
+  if (y.numel() == 0) return y;
+  if (x.numel() == 0) {
+    B::fill(y.data(), y.numel(), T(0));
+    return y;
+  }
+  B::reduce(op, x.data(), y.data(), detail::reduce_layout(x.shape(), shape));
+  return y;
+}
+
+template <class T, class B>
+Tensor<T, B> sum_to(const Tensor<T, B>& x, const Shape& shape) {
+  return reduce_to(ReduceOp::sum, x, shape);
+}
+
+// The shape of x with the given axes set to 1 (kept) — a reduction target.
+inline Shape reduced_shape(const Shape& shape, std::span<const int> axes, std::string_view op) {
+  Shape out = shape;
+  for (int axis : axes) out[shape.normalize_axis(axis, op)] = 1;
+  return out;
+}
+
+// The shape without the given axes (after a reduction that drops them).
+inline Shape squeezed_shape(const Shape& shape, std::span<const int> axes, std::string_view op) {
+  std::vector<bool> drop(static_cast<std::size_t>(shape.rank()), false);
+  for (int axis : axes) drop[static_cast<std::size_t>(shape.normalize_axis(axis, op))] = true;
+  Shape out;
+  for (int i = 0; i < shape.rank(); ++i)
+    if (!drop[static_cast<std::size_t>(i)]) out.push_back(shape[i]);
+  return out;
+}
+
+}  // namespace platipus::raw

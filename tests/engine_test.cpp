@@ -1,0 +1,243 @@
+// The backward engine: grad's contract and errors, higher-order derivatives,
+// Hessian-vector products and MAML meta-gradients of an MLP, and tape memory.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <unistd.h>
+
+#include "platipus/platipus.hpp"
+
+using namespace platipus;
+using Catch::Matchers::Contains;
+using V = Var<double>;
+
+TEST_CASE("grad of a scalar gives the gradient, as constants without create_graph", "[grad]") {
+  Tape<double> tape;
+  const auto x = tape.variable(Tensor<double>::from_host({3}, {1.0, -2.0, 0.5}));
+  const auto y = sum(x * x * x);
+  const auto g = grad(y, x);
+  CHECK(g.to_vector() == std::vector<double>{3.0, 12.0, 0.75});
+  CHECK_FALSE(g.requires_grad());
+  const auto g2 = grad(y, x, {.create_graph = true});
+  CHECK(g2.requires_grad());
+  // d/dx sum(3 x^2 * v) = 6 x v with v = (1, 1, 1)
+  CHECK(grad(sum(g2), x).to_vector() == std::vector<double>{6.0, -12.0, 3.0});
+}
+
+TEST_CASE("grad accumulates over every path and over several outputs with seeds", "[grad]") {
+  Tape<double> tape;
+  const auto x = tape.variable(Tensor<double>::from_host({2}, {2.0, 3.0}));
+  const auto a = x * 2.0, b = x * x;
+  const std::array<V, 2> outputs{a, b};
+  const std::array<V, 2> seeds{tape.constant(Tensor<double>::ones({2})),
+                               tape.constant(Tensor<double>::from_host({2}, {1.0, -1.0}))};
+  const std::array<V, 1> inputs{x};
+  const auto g = grad(std::span<const V>(outputs), std::span<const V>(inputs), std::span<const V>(seeds));
+  CHECK(g[0].to_vector() == std::vector<double>{2.0 + 4.0, 2.0 - 6.0});
+}
+
+TEST_CASE("grad with respect to an intermediate value stops there", "[grad]") {
+  Tape<double> tape;
+  const auto x = tape.variable(Tensor<double>::scalar(3.0));
+  const auto h = x * x;
+  const auto y = h * h;  // dy/dh = 2h = 18
+  CHECK(grad(y, h).item() == Approx(18.0));
+  CHECK(grad(y, x).item() == Approx(4 * 27.0));
+}
+
+TEST_CASE("grad refuses what it cannot differentiate, naming shapes", "[grad][errors]") {
+  Tape<double> tape;
+  const auto x = tape.variable(Tensor<double>::ones({2, 3}));
+  const auto unused = tape.variable(Tensor<double>::ones({4}));
+  const auto data = tape.constant(Tensor<double>::ones({2, 3}));
+  const auto y = x * data;
+  CHECK_THROWS_WITH(grad(y, x), Contains("grad") && Contains("[2, 3]") && Contains("grad_outputs"));
+  CHECK_THROWS_WITH(grad(sum(y), data), Contains("constant") && Contains("[2, 3]"));
+  CHECK_THROWS_WITH(grad(sum(y), unused), Contains("does not influence") && Contains("[4]"));
+  CHECK(grad(sum(y), unused, {.allow_unused = true}).to_vector() == std::vector<double>(4, 0.0));
+  Tape<double> other;
+  const auto stranger = other.variable(Tensor<double>::ones({1}));
+  CHECK_THROWS_WITH(grad(sum(y), stranger), Contains("different tape"));
+}
+
+TEST_CASE("under a no-grad guard ops record nothing", "[grad]") {
+  Tape<double> tape;
+  const auto x = tape.variable(Tensor<double>::ones({2}));
+  const std::size_t nodes = tape.nodes();
+  V y;
+  {
+    NoGradGuard guard;
+    y = sum(exp(x));
+  }
+  CHECK(tape.nodes() == nodes);
+  CHECK_FALSE(y.requires_grad());
+  CHECK(y.item() == Approx(2 * std::exp(1.0)));
+  CHECK(sum(exp(x)).requires_grad());
+}
+
+TEST_CASE("third derivative of sum(tanh(x)^2) matches the closed form and finite differences", "[grad][higher-order]") {
+  // f = tanh^2, f' = 2 t (1 - t^2), f'' = 2 (1 - t^2)(1 - 3 t^2), f''' = -8 t (1 - t^2)(2 - 3 t^2)
+  const std::vector<double> points{-1.3, -0.4, 0.2, 0.9};
+  auto derivatives = [](const std::vector<double>& at) {
+    Tape<double> tape;
+    const auto x = tape.variable(Tensor<double>::from_host({4}, at));
+    const auto y = sum(square(tanh(x)));
+    const auto d1 = grad(y, x, {.create_graph = true});
+    const auto d2 = grad(sum(d1), x, {.create_graph = true});
+    const auto d3 = grad(sum(d2), x);
+    return std::array{d2.to_vector(), d3.to_vector()};
+  };
+  const auto [second, third] = derivatives(points);
+  const double eps = 1e-5;
+  std::vector<double> plus = points, minus = points;
+  for (auto& v : plus) v += eps;
+  for (auto& v : minus) v -= eps;
+  const auto second_plus = derivatives(plus)[0], second_minus = derivatives(minus)[0];
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const double t = std::tanh(points[i]);
+    CHECK(third[i] == Approx(-8 * t * (1 - t * t) * (2 - 3 * t * t)).epsilon(1e-10));
+    CHECK(third[i] == Approx((second_plus[i] - second_minus[i]) / (2 * eps)).epsilon(1e-7));
+  }
+}
+
+namespace {
+
+// A 1-40-40-1 ReLU MLP over a flat parameter vector, written with raw ops
+// so that this test checks the engine alone.
+constexpr std::array<std::int64_t, 6> mlp_sizes{40, 40, 1600, 40, 40, 1};
+constexpr std::int64_t mlp_params = 1761;
+
+V mlp(const V& params, const V& x) {
+  const auto p = split(params, 0, mlp_sizes);
+  const auto h1 = relu(matmul(x, reshape(p[0], {1, 40})) + p[1]);
+  const auto h2 = relu(matmul(h1, reshape(p[2], {40, 40})) + p[3]);
+  return matmul(h2, reshape(p[4], {40, 1})) + p[5];
+}
+
+Tensor<double> init_params(std::uint64_t seed) {
+  Generator gen(seed);
+  return raw::map(UnaryOp::scale, raw::normal<double>({mlp_params}, gen), 0.3);
+}
+
+struct Sine {
+  Tensor<double> x, y;
+};
+
+Sine sine_points(std::uint64_t seed, int n = 10) {
+  Generator gen(seed);
+  auto x = raw::map(UnaryOp::add_scalar, raw::map(UnaryOp::scale, raw::uniform<double>({n, 1}, gen), 10.0), -5.0);
+  auto xv = x.to_vector();
+  std::vector<double> y(xv.size());
+  for (std::size_t i = 0; i < xv.size(); ++i) y[i] = 2.0 * std::sin(xv[i] + 0.5);
+  return {std::move(x), Tensor<double>::from_host({n, 1}, y)};
+}
+
+double norm(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+// The MAML objective: 5 SGD steps on the support set, loss on the query set.
+V maml_objective(const V& theta, const Sine& support, const Sine& query, bool second_order) {
+  Tape<double>& tape = theta.tape();
+  const auto xs = tape.constant(support.x), ys = tape.constant(support.y);
+  V phi = theta;
+  for (int step = 0; step < 5; ++step) {
+    const auto g = grad(mse_loss(mlp(phi, xs), ys), phi, {.create_graph = second_order});
+    phi = phi - 0.01 * g;
+  }
+  return mse_loss(mlp(phi, tape.constant(query.x)), tape.constant(query.y));
+}
+
+}  // namespace
+
+TEST_CASE("Hessian-vector product of a ReLU MLP equals a finite difference of gradients", "[grad][higher-order]") {
+  const auto theta0 = init_params(1);
+  const Sine data = sine_points(2);
+  Generator gen(3);
+  const auto v = raw::normal<double>({mlp_params}, gen);
+  auto gradient = [&](const Tensor<double>& at) {
+    Tape<double> tape;
+    const auto theta = tape.variable(at);
+    return grad(mse_loss(mlp(theta, tape.constant(data.x)), tape.constant(data.y)), theta).to_vector();
+  };
+  Tape<double> tape;
+  const auto theta = tape.variable(theta0);
+  const auto g = grad(mse_loss(mlp(theta, tape.constant(data.x)), tape.constant(data.y)), theta, {.create_graph = true});
+  const auto hv = grad(sum(g * tape.constant(v)), theta).to_vector();
+
+  const double eps = 1e-6;
+  const auto plus = gradient(raw::map(BinaryOp::add, theta0, raw::map(UnaryOp::scale, v, eps), "add"));
+  const auto minus = gradient(raw::map(BinaryOp::sub, theta0, raw::map(UnaryOp::scale, v, eps), "sub"));
+  std::vector<double> diff(hv.size()), fd(hv.size());
+  for (std::size_t i = 0; i < hv.size(); ++i) {
+    fd[i] = (plus[i] - minus[i]) / (2 * eps);
+    diff[i] = hv[i] - fd[i];
+  }
+  CHECK(norm(hv) > 1e-3);
+  CHECK(norm(diff) / norm(fd) < 1e-6);
+}
+
+TEST_CASE("second-order MAML meta-gradient matches finite differences and differs from first-order", "[grad][maml]") {
+  const auto theta0 = init_params(4);
+  const Sine support = sine_points(5), query = sine_points(6);
+
+  Tape<double> tape;
+  const auto theta = tape.variable(theta0);
+  const auto meta_grad = grad(maml_objective(theta, support, query, true), theta).to_vector();
+  const auto first_order = grad(maml_objective(theta, support, query, false), theta).to_vector();
+
+  auto objective = [&](std::vector<double> at) {
+    Tape<double> t;
+    return maml_objective(t.variable(Tensor<double>::from_host({mlp_params}, at)), support, query, true).item();
+  };
+  auto values = theta0.to_vector();
+  std::vector<double> fd(values.size()), diff(values.size()), fo_diff(values.size());
+  const double eps = 1e-6;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double original = values[i];
+    values[i] = original + eps;
+    const double plus = objective(values);
+    values[i] = original - eps;
+    const double minus = objective(values);
+    values[i] = original;
+    fd[i] = (plus - minus) / (2 * eps);
+    diff[i] = meta_grad[i] - fd[i];
+    fo_diff[i] = first_order[i] - fd[i];
+  }
+  INFO("|meta - fd| / |fd| = " << norm(diff) / norm(fd) << ", |first-order - fd| / |fd| = " << norm(fo_diff) / norm(fd));
+  CHECK(norm(diff) / norm(fd) < 1e-6);
+  CHECK(norm(fo_diff) / norm(fd) > 1e-3);
+}
+
+namespace {
+
+long resident_kib() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE) / 1024;
+}
+
+void meta_step_cycle(const Tensor<double>& theta0, const Sine& data) {
+  Tape<double> tape;
+  const auto theta = tape.variable(theta0);
+  const auto xs = tape.constant(data.x), ys = tape.constant(data.y);
+  const auto g = grad(mse_loss(mlp(theta, xs), ys), theta, {.create_graph = true});
+  const auto phi = theta - 0.01 * g;
+  grad(mse_loss(mlp(phi, xs), ys), theta);
+}
+
+}  // namespace
+
+TEST_CASE("10,000 record / grad / tape-end cycles keep resident memory flat", "[grad][memory]") {
+  const auto theta0 = init_params(7);
+  const Sine data = sine_points(8);
+  for (int i = 0; i < 1000; ++i) meta_step_cycle(theta0, data);
+  const long before = resident_kib();
+  for (int i = 0; i < 10000; ++i) meta_step_cycle(theta0, data);
+  const long after = resident_kib();
+  INFO("resident before " << before << " KiB, after " << after << " KiB");
+  CHECK(after - before < 1024);
+}

@@ -1,0 +1,184 @@
+// Tensor, the CPU backend's raw kernels, and the Philox generator.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "platipus/tensor/elementwise.hpp"
+#include "platipus/tensor/index.hpp"
+#include "platipus/tensor/layout.hpp"
+#include "platipus/tensor/matmul.hpp"
+#include "platipus/tensor/random.hpp"
+#include "platipus/tensor/reduce.hpp"
+
+using namespace platipus;
+using Catch::Matchers::Contains;
+using T = Tensor<double>;
+
+namespace {
+
+T iota(const Shape& shape, double start = 0, double step = 1) {
+  std::vector<double> v(static_cast<std::size_t>(shape.numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = start + step * static_cast<double>(i);
+  return T::from_host(shape, v);
+}
+
+}  // namespace
+
+TEST_CASE("tensors move cheaply and copy only when asked", "[tensor]") {
+  T a = iota({2, 3});
+  const double* storage = a.data();
+  T b = std::move(a);
+  CHECK(b.data() == storage);
+  CHECK(a.empty());
+  T c = b.clone();
+  CHECK(c.data() != b.data());
+  CHECK(c.to_vector() == b.to_vector());
+  T d = std::move(c).reshaped({3, 2});
+  CHECK(d.shape() == Shape{3, 2});
+}
+
+TEST_CASE("shapes broadcast by NumPy rules and say why they do not", "[tensor]") {
+  CHECK(broadcast_shapes({4, 1, 3}, {5, 1}, "op") == Shape{4, 5, 3});
+  CHECK(broadcast_shapes({}, {2, 2}, "op") == Shape{2, 2});
+  CHECK_THROWS_WITH(broadcast_shapes({2, 3}, {4, 3}, "add"),
+                    Contains("add") && Contains("[2, 3]") && Contains("[4, 3]"));
+}
+
+TEST_CASE("binary maps broadcast rows, columns and scalars", "[tensor]") {
+  const T a = iota({2, 3});          // 0 1 2 / 3 4 5
+  const T row = iota({3}, 10, 10);   // 10 20 30
+  const T col = iota({2, 1}, 1, 1);  // 1 / 2
+  CHECK(raw::map(BinaryOp::add, a, row, "add").to_vector() == std::vector<double>{10, 21, 32, 13, 24, 35});
+  CHECK(raw::map(BinaryOp::mul, a, col, "mul").to_vector() == std::vector<double>{0, 1, 2, 6, 8, 10});
+  CHECK(raw::map(BinaryOp::sub, T::scalar(1), a, "sub").to_vector() == std::vector<double>{1, 0, -1, -2, -3, -4});
+  const T outer = raw::map(BinaryOp::mul, col, iota({1, 3}, 1), "mul");
+  CHECK(outer.shape() == Shape{2, 3});
+  CHECK(outer.to_vector() == std::vector<double>{1, 2, 3, 2, 4, 6});
+}
+
+TEST_CASE("unary maps follow their formulas, stably", "[tensor]") {
+  const T x = T::from_host({4}, {-800.0, -1.0, 0.5, 800.0});
+  const auto sig = raw::map(UnaryOp::sigmoid, x).to_vector();
+  CHECK(sig[0] == Approx(0.0));
+  CHECK(sig[1] == Approx(1 / (1 + std::exp(1.0))));
+  CHECK(sig[3] == Approx(1.0));
+  const auto sp = raw::map(UnaryOp::softplus, x).to_vector();
+  CHECK(sp[0] == Approx(0.0));
+  CHECK(sp[2] == Approx(std::log1p(std::exp(0.5))));
+  CHECK(sp[3] == Approx(800.0));
+  CHECK(raw::map(UnaryOp::pow_scalar, T::from_host({2}, {2.0, 3.0}), 3.0).to_vector() ==
+        std::vector<double>{8, 27});
+}
+
+TEST_CASE("sum_to reduces any set of broadcast axes", "[tensor]") {
+  const T x = iota({2, 3, 4});
+  auto total = [&](const Shape& s) { return raw::sum_to(x, s).to_vector(); };
+  CHECK(total({}) == std::vector<double>{276});
+  CHECK(total({4}) == std::vector<double>{60, 66, 72, 78});
+  CHECK(total({3, 1}) == std::vector<double>{60, 92, 124});
+  CHECK(total({2, 1, 1}) == std::vector<double>{66, 210});
+  CHECK(total({2, 1, 4}) == std::vector<double>{12, 15, 18, 21, 48, 51, 54, 57});
+  const auto max = raw::reduce_to(ReduceOp::max, x, {2, 3, 1}).to_vector();
+  CHECK(max == std::vector<double>{3, 7, 11, 15, 19, 23});
+  CHECK_THROWS_WITH(raw::sum_to(x, {5}), Contains("sum_to"));
+}
+
+TEST_CASE("batched matmul matches a naive product with transposes and broadcasting", "[tensor]") {
+  Generator gen(7);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const T a = raw::normal<double>(ta ? Shape{3, 1, 4, 2} : Shape{3, 1, 2, 4}, gen);
+      const T b = raw::normal<double>(tb ? Shape{5, 3, 4} : Shape{5, 4, 3}, gen);
+      const T c = raw::matmul(a, b, ta, tb);
+      REQUIRE(c.shape() == Shape{3, 5, 2, 3});
+      const auto av = a.to_vector(), bv = b.to_vector(), cv = c.to_vector();
+      for (int p = 0; p < 3; ++p)
+        for (int q = 0; q < 5; ++q)
+          for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 3; ++j) {
+              double expected = 0;
+              for (int k = 0; k < 4; ++k) {
+                const double aik = ta ? av[static_cast<std::size_t>(p * 8 + k * 2 + i)] : av[static_cast<std::size_t>(p * 8 + i * 4 + k)];
+                const double bkj = tb ? bv[static_cast<std::size_t>(q * 12 + j * 4 + k)] : bv[static_cast<std::size_t>(q * 12 + k * 3 + j)];
+                expected += aik * bkj;
+              }
+              CHECK(cv[static_cast<std::size_t>(((p * 5 + q) * 2 + i) * 3 + j)] == Approx(expected));
+            }
+    }
+  CHECK_THROWS_WITH(raw::matmul(T::zeros({2, 3}), T::zeros({4, 5})),
+                    Contains("matmul") && Contains("[2, 3]") && Contains("[4, 5]"));
+}
+
+TEST_CASE("a batch times a shared matrix equals per-item products", "[tensor]") {
+  Generator gen(3);
+  const T a = raw::normal<double>({4, 5, 3}, gen), w = raw::normal<double>({3, 2}, gen);
+  const T folded = raw::matmul(a, w);
+  const T expanded = raw::matmul(a, raw::expand(w, {4, 3, 2}));
+  const auto f = folded.to_vector(), e = expanded.to_vector();
+  for (std::size_t i = 0; i < f.size(); ++i) CHECK(f[i] == Approx(e[i]));
+}
+
+TEST_CASE("layout kernels: transpose, slice, pad, concat, expand", "[tensor]") {
+  const T x = iota({2, 3});
+  CHECK(raw::transpose(x, 0, 1).to_vector() == std::vector<double>{0, 3, 1, 4, 2, 5});
+  CHECK(raw::slice(x, 1, 1, 2).to_vector() == std::vector<double>{1, 2, 4, 5});
+  CHECK(raw::pad(raw::slice(x, 1, 1, 2), 1, 1, 3).to_vector() == std::vector<double>{0, 1, 2, 0, 4, 5});
+  const T y = iota({2, 1}, 9);
+  const std::vector<const T*> parts{&x, &y};
+  CHECK(raw::concat<double, cpu>(parts, 1).to_vector() == std::vector<double>{0, 1, 2, 9, 3, 4, 5, 10});
+  CHECK(raw::expand(y, {2, 3}).to_vector() == std::vector<double>{9, 9, 9, 10, 10, 10});
+  CHECK_THROWS_WITH(raw::slice(x, 1, 2, 2), Contains("slice") && Contains("[2, 3]"));
+  const std::vector<const T*> twice{&x, &x};
+  CHECK_THROWS_WITH((raw::concat<double, cpu>(twice, 2)), Contains("concat"));
+}
+
+TEST_CASE("gather and scatter_add are adjoint", "[tensor]") {
+  const T x = iota({3, 2});
+  const Index<> idx = Index<>::from_host({3}, {2, 0, 2});
+  CHECK(raw::gather(x, 0, idx).to_vector() == std::vector<double>{4, 5, 0, 1, 4, 5});
+  CHECK(raw::scatter_add(T::ones({3, 2}), 0, idx, 3).to_vector() == std::vector<double>{1, 1, 0, 0, 2, 2});
+  CHECK_THROWS_WITH(raw::gather(x, 0, Index<>::from_host({1}, {3})), Contains("index_select") && Contains("3"));
+}
+
+TEST_CASE("Philox 4x32-10 reproduces the Random123 known-answer vectors", "[random]") {
+  CHECK(philox4x32_10(0, 0, 0) == PhiloxBlock{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
+  CHECK(philox4x32_10(0xffffffffffffffffull, 0xffffffffffffffffull, 0xffffffffffffffffull) ==
+        PhiloxBlock{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
+  // counter (0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), key (0xa4093822, 0x299f31d0)
+  CHECK(philox4x32_10(0x299f31d0a4093822ull, 0x85a308d3243f6a88ull, 0x0370734413198a2eull) ==
+        PhiloxBlock{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
+}
+
+TEST_CASE("random fills are reproducible, advance, and have the right moments", "[random]") {
+  Generator g1(42), g2(42);
+  const auto a = raw::normal<float>({1000}, g1).to_vector();
+  const auto b = raw::normal<float>({1000}, g2).to_vector();
+  CHECK(a == b);
+  Generator fresh(42);
+  CHECK(raw::normal<float>({4}, g1).to_vector() != raw::normal<float>({4}, fresh).to_vector());
+  Generator g3(1);
+  const auto u = raw::uniform<double>({20000}, g3).to_vector();
+  double mean = 0, var = 0;
+  for (double v : u) {
+    CHECK(v > 0.0);
+    CHECK(v < 1.0);
+    mean += v / 20000.0;
+  }
+  for (double v : u) var += (v - mean) * (v - mean) / 20000.0;
+  CHECK(mean == Approx(0.5).margin(0.01));
+  CHECK(var == Approx(1.0 / 12).margin(0.005));
+  const auto z = raw::normal<double>({20000}, g3).to_vector();
+  double zm = 0, zv = 0;
+  for (double v : z) zm += v / 20000.0;
+  for (double v : z) zv += (v - zm) * (v - zm) / 20000.0;
+  CHECK(zm == Approx(0.0).margin(0.03));
+  CHECK(zv == Approx(1.0).margin(0.04));
+}
+
+TEST_CASE("a fill reads blocks by element index, so a prefix of a fill is a shorter fill", "[random]") {
+  Generator g1(9), g2(9);
+  const auto long_fill = raw::normal<float>({10}, g1).to_vector();
+  const auto short_fill = raw::normal<float>({6}, g2).to_vector();
+  for (std::size_t i = 0; i < short_fill.size(); ++i) CHECK(long_fill[i] == short_fill[i]);
+}
