@@ -51,6 +51,11 @@ Inputs list(Tensor<double> a, Tensor<double> b) {
   v.push_back(std::move(b));
   return v;
 }
+Inputs list(Tensor<double> a, Tensor<double> b, Tensor<double> c) {
+  Inputs v = list(std::move(a), std::move(b));
+  v.push_back(std::move(c));
+  return v;
+}
 
 }  // namespace
 
@@ -60,6 +65,7 @@ TEST_CASE("arithmetic ops with broadcasting pass first and second order checks",
   SECTION("mul") { check_derivatives([](auto x) { return x[0] * x[1]; }, list(normal({2, 3}, 5), normal({2, 1}, 6))); }
   SECTION("div") { check_derivatives([](auto x) { return x[0] / x[1]; }, list(normal({2, 3}, 7), positive({3}, 8))); }
   SECTION("neg") { check_derivatives([](auto x) { return -(x[0] * x[0]); }, list(normal({3}, 9))); }
+  SECTION("add_scaled") { check_derivatives([](auto x) { return add_scaled(x[0] * x[1], x[1], -0.3); }, list(normal({2, 3}, 59), normal({2, 3}, 60))); }
   SECTION("scale and shift") {
     check_derivatives([](auto x) { return (2.5 * x[0] - 1.0) * (x[0] / 4.0 + 3.0) * (1.0 - x[0]); }, list(normal({4}, 10)));
   }
@@ -72,6 +78,9 @@ TEST_CASE("power, exponential and activation ops pass first and second order che
   SECTION("exp") { check_derivatives([](auto x) { return exp(x[0]); }, list(normal({5}, 14))); }
   SECTION("log") { check_derivatives([](auto x) { return log(x[0]); }, list(positive({5}, 15))); }
   SECTION("relu") { check_derivatives([](auto x) { return relu(x[0]) * x[0]; }, list(away_from_zero({6}, 16))); }
+  SECTION("relu_backward") {
+    check_derivatives([](auto x) { return relu_backward(x[0] * x[0], x[1]); }, list(normal({6}, 66), away_from_zero({6}, 67)));
+  }
   SECTION("sigmoid") { check_derivatives([](auto x) { return sigmoid(x[0]); }, list(normal({5}, 17, 0, 2))); }
   SECTION("tanh") { check_derivatives([](auto x) { return tanh(x[0]); }, list(normal({5}, 18))); }
   SECTION("softplus") { check_derivatives([](auto x) { return softplus(x[0]); }, list(normal({5}, 19, 0, 2))); }
@@ -86,6 +95,18 @@ TEST_CASE("matmul passes checks batched, broadcast and transposed", "[ops]") {
       check_derivatives([ta, tb](auto x) { return matmul(x[0], x[1], ta, tb); },
                         list(normal(a, 20), normal(b, 21)));
     }
+  SECTION("linear with a shared weight") {
+    check_derivatives([](auto x) { return linear(x[0], x[1], x[2]); },
+                      list(normal({2, 3, 2}, 26), normal({2, 4}, 27), normal({4}, 28)));
+  }
+  SECTION("linear with per-task weights") {
+    check_derivatives([](auto x) { return linear(x[0], x[1], x[2]); },
+                      list(normal({2, 3, 2}, 29), normal({2, 2, 4}, 61), normal({2, 4}, 62)));
+  }
+  SECTION("linear with shared inputs and per-task weights") {
+    check_derivatives([](auto x) { return tanh(linear(x[0], x[1], x[2])); },
+                      list(normal({3, 2}, 63), normal({2, 2, 4}, 64), normal({2, 4}, 65)));
+  }
   SECTION("batch broadcast on both sides") {
     check_derivatives([](auto x) { return matmul(x[0], x[1]); }, list(normal({2, 1, 2, 3}, 22), normal({3, 3, 2}, 23)));
   }

@@ -3,4 +3,11 @@
 #pragma once
 
 #include "platipus/autodiff.hpp"
+#include "platipus/data/circles.hpp"
+#include "platipus/data/sinusoid_line.hpp"
+#include "platipus/meta/maml.hpp"
+#include "platipus/meta/platipus.hpp"
+#include "platipus/meta/predict.hpp"
 #include "platipus/nn/losses.hpp"
+#include "platipus/nn/sequential.hpp"
+#include "platipus/optim/optimizers.hpp"

@@ -34,8 +34,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   { B::synchronize() };
 
   // Elementwise: y = f(x, s); y = f(a, b) under a broadcast layout;
-  // y = mask ? a : b (all contiguous, n elements).
+  // y = mask ? a : b and y = a + s * b (all contiguous, n elements).
   { B::fill(y, n, 1.0f) };
+  { B::axpy(x, x, y, n, 1.0f) };
+  { B::axpy(xd, xd, yd, n, 1.0) };
   { B::unary(UnaryOp::exp, x, y, n, 0.0f) };
   { B::binary(BinaryOp::add, x, x, y, bl) };
   { B::select(x, x, x, y, n) };

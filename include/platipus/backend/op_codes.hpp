@@ -32,7 +32,16 @@ enum class UnaryOp : std::uint8_t {
   greater_scalar,  // 1 where x > s, else 0
 };
 
-enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, greater, equal };
+enum class BinaryOp : std::uint8_t {
+  add,
+  sub,
+  mul,
+  div,
+  max,
+  greater,
+  equal,
+  relu_backward,  // a where b > 0, else 0: relu's gradient a routed by its input b
+};
 
 enum class ReduceOp : std::uint8_t { sum, max };
 
@@ -83,6 +92,7 @@ PLATIPUS_BINARY(div, a / b)
 PLATIPUS_BINARY(max, a > b ? a : b)
 PLATIPUS_BINARY(greater, a > b ? T(1) : T(0))
 PLATIPUS_BINARY(equal, a == b ? T(1) : T(0))
+PLATIPUS_BINARY(relu_backward, b > T(0) ? a : T(0))
 #undef PLATIPUS_BINARY
 
 }  // namespace functors
@@ -129,6 +139,7 @@ PLATIPUS_HD decltype(auto) visit_binary(BinaryOp op, F&& f) {
     PLATIPUS_CASE(max)
     PLATIPUS_CASE(greater)
     PLATIPUS_CASE(equal)
+    PLATIPUS_CASE(relu_backward)
 #undef PLATIPUS_CASE
   }
   return f(functors::add{});

@@ -41,8 +41,8 @@ class Shape {
 
   // Axis in [0, rank) from an axis in [-rank, rank).
   int normalize_axis(int axis, std::string_view op) const {
-    check(axis >= -rank_ && axis < rank_, op, "axis {} is out of range for shape {}", axis,
-          to_string());
+    check(axis >= -rank_ && axis < rank_, op, "axis {} is out of range for shape [{}]", axis,
+          fmt::join(dims(), ", "));
     return axis < 0 ? axis + rank_ : axis;
   }
 
@@ -77,20 +77,6 @@ class Shape {
   int rank_ = 0;
 };
 
-// Shape a op b under NumPy broadcasting; throws naming `op` when incompatible.
-inline Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
-  const int rank = std::max(a.rank(), b.rank());
-  Shape out;
-  for (int i = 0; i < rank; ++i) {
-    const int ia = i - (rank - a.rank()), ib = i - (rank - b.rank());
-    const std::int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
-    check(da == db || da == 1 || db == 1, op, "shapes {} and {} do not broadcast", a.to_string(),
-          b.to_string());
-    out.push_back(da == 1 ? db : da);
-  }
-  return out;
-}
-
 }  // namespace platipus
 
 template <>
@@ -99,3 +85,21 @@ struct fmt::formatter<platipus::Shape> : fmt::formatter<std::string> {
     return fmt::formatter<std::string>::format(s.to_string(), ctx);
   }
 };
+
+namespace platipus {
+
+// Shape a op b under NumPy broadcasting; throws naming `op` when incompatible.
+inline Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
+  if (a == b) return a;
+  const int rank = std::max(a.rank(), b.rank());
+  Shape out;
+  for (int i = 0; i < rank; ++i) {
+    const int ia = i - (rank - a.rank()), ib = i - (rank - b.rank());
+    const std::int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+    check(da == db || da == 1 || db == 1, op, "shapes {} and {} do not broadcast", a, b);
+    out.push_back(da == 1 ? db : da);
+  }
+  return out;
+}
+
+}  // namespace platipus

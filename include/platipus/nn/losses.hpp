@@ -96,3 +96,38 @@ Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance, c
 }
 
 }  // namespace platipus
+
+namespace platipus {
+
+// The losses as function objects, in the form the meta-learners take
+// (`loss(prediction, target, batch_dims)`; see meta/concepts.hpp).
+struct MseLoss {
+  template <class T, class B>
+  Var<T, B> operator()(const Var<T, B>& pred, const Var<T, B>& target, int batch_dims) const {
+    return mse_loss(pred, target, batch_dims);
+  }
+};
+
+struct BceWithLogitsLoss {
+  template <class T, class B>
+  Var<T, B> operator()(const Var<T, B>& logits, const Var<T, B>& target, int batch_dims) const {
+    return bce_with_logits_loss(logits, target, batch_dims);
+  }
+};
+
+// Targets hold class indices as values of T, shaped like the logits with a
+// last axis of 1 ([..., N, 1]), so that labels travel in a TaskBatch like
+// regression targets do.
+struct SoftmaxCrossEntropyLoss {
+  template <class T, class B>
+  Var<T, B> operator()(const Var<T, B>& logits, const Var<T, B>& target, int batch_dims) const {
+    check(target.rank() == logits.rank() && target.dim(-1) == 1, "softmax_cross_entropy",
+          "class-index targets must be [..., 1] beside logits {}, got {}", logits.shape(), target.shape());
+    std::vector<std::int64_t> labels;
+    for (T v : target.to_vector()) labels.push_back(static_cast<std::int64_t>(v));
+    const Shape label_shape = target.shape().take_front(target.rank() - 1);
+    return softmax_cross_entropy(logits, Index<B>::from_host(label_shape, labels), batch_dims);
+  }
+};
+
+}  // namespace platipus

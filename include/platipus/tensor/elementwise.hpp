@@ -52,6 +52,15 @@ Tensor<T, B> map(BinaryOp op, const Tensor<T, B>& a, const Tensor<T, B>& b, std:
   return y;
 }
 
+// a + s * b for a and b of one shape.
+template <class T, class B>
+Tensor<T, B> axpy(const Tensor<T, B>& a, const Tensor<T, B>& b, T s) {
+  check(a.shape() == b.shape(), "add_scaled", "shapes {} and {} differ", a.shape(), b.shape());
+  Tensor<T, B> y(a.shape());
+  if (y.numel()) B::axpy(a.data(), b.data(), y.data(), y.numel(), s);
+  return y;
+}
+
 // mask ? a : b elementwise; all three of one shape.
 template <class T, class B>
 Tensor<T, B> select(const Tensor<T, B>& mask, const Tensor<T, B>& a, const Tensor<T, B>& b) {

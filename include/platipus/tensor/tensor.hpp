@@ -1,6 +1,8 @@
-// Tensor<T, B>: an owning, contiguous, row-major n-d array on backend B.
-// Moves are cheap (a pointer and the inline shape); copies are explicit
-// (`clone`), so that no buffer is duplicated by accident.
+// Tensor<T, B>: a contiguous, row-major n-d array on backend B. It owns its
+// buffer, or is a view of another tensor's buffer (`view`), which must then
+// outlive it; the tape uses views for free reshapes of values it keeps
+// alive. Moves are cheap (a pointer and the inline shape); copies are
+// explicit (`clone`), so that no buffer is duplicated by accident.
 #pragma once
 
 #include <cstdint>
@@ -51,13 +53,28 @@ class Tensor {
     return from_host(shape, std::span<const T>(values.begin(), values.size()));
   }
 
+  // A non-owning tensor over `data` (numel(shape) elements), e.g. another
+  // tensor's buffer under a new shape.
+  static Tensor view(T* data, const Shape& shape) {
+    Tensor t;
+    t.data_ = data;
+    t.shape_ = shape;
+    t.owns_ = false;
+    return t;
+  }
+  static Tensor view(const Tensor& of, const Shape& shape) {
+    check(shape.numel() == of.numel(), "reshape", "cannot view {} as {}", of.shape(), shape);
+    return view(const_cast<T*>(of.data()), shape);
+  }
+
   Tensor(Tensor&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), shape_(other.shape_) {}
+      : data_(std::exchange(other.data_, nullptr)), shape_(other.shape_), owns_(other.owns_) {}
   Tensor& operator=(Tensor&& other) noexcept {
     if (this != &other) {
       release();
       data_ = std::exchange(other.data_, nullptr);
       shape_ = other.shape_;
+      owns_ = other.owns_;
     }
     return *this;
   }
@@ -84,6 +101,7 @@ class Tensor {
   std::int64_t numel() const { return shape_.numel(); }
   std::int64_t dim(int axis) const { return shape_.dim(axis); }
   bool empty() const { return data_ == nullptr; }
+  bool is_view() const { return !owns_; }
   std::size_t bytes() const { return static_cast<std::size_t>(numel()) * sizeof(T); }
 
   T* data() { return data_; }
@@ -115,12 +133,13 @@ class Tensor {
 
  private:
   void release() {
-    if (data_) B::deallocate(data_, bytes());
+    if (data_ && owns_) B::deallocate(data_, bytes());
     data_ = nullptr;
   }
 
   T* data_ = nullptr;
   Shape shape_;
+  bool owns_ = true;
 };
 
 // Row-major contiguous strides of a shape.

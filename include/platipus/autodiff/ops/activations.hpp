@@ -5,18 +5,21 @@
 
 namespace platipus {
 
-// A constant 0/1 mask on x's tape: 1 where x > threshold. Masks carry no
-// gradient (the derivative of a step is zero almost everywhere).
+// g where x > 0, else 0: relu's backward as one op (PyTorch's
+// threshold_backward). It is linear in g and has zero derivative in x almost
+// everywhere, so its own rule is itself again and the set closes.
 template <class T, class B>
-Var<T, B> greater_mask(const Var<T, B>& x, T threshold = T(0)) {
-  return x.tape().constant(raw::map(UnaryOp::greater_scalar, x.value(), threshold));
+Var<T, B> relu_backward(const Var<T, B>& g, const Var<T, B>& x) {
+  return record("relu_backward", {g, x}, raw::map(BinaryOp::relu_backward, g.value(), x.value(), "relu_backward"),
+                [](Backward<T, B>& c) {
+                  if (c.needs(0)) c.set(0, relu_backward(c.grad(), c.input(1)));
+                });
 }
 
-// relu'(x) = [x > 0]; its derivative in turn is zero, so the mask is a constant.
 template <class T, class B>
 Var<T, B> relu(const Var<T, B>& x) {
   return record("relu", {x}, raw::map(UnaryOp::relu, x.value()), [](Backward<T, B>& c) {
-    c.set(0, mul(c.grad(), greater_mask(c.input(0))));
+    c.set(0, relu_backward(c.grad(), c.input(0)));
   });
 }
 

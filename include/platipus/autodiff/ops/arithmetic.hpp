@@ -1,5 +1,6 @@
-// add, sub, mul, div (with NumPy broadcasting), neg, and the scalar forms
-// scale (x * s) and shift (x + s), with the operators that spell them.
+// add, sub, mul, div (with NumPy broadcasting), neg, the scalar forms
+// scale (x * s) and shift (x + s), the fused add_scaled (a + s b), and the
+// operators that spell them.
 #pragma once
 
 #include <type_traits>
@@ -64,6 +65,16 @@ Var<T, B> div(const Var<T, B>& a, const Var<T, B>& b) {
     if (c.needs(0)) c.set(0, sum_to(div(c.grad(), c.input(1)), c.input(0).shape()));
     if (c.needs(1))
       c.set(1, sum_to(neg(div(mul(c.grad(), c.output()), c.input(1))), c.input(1).shape()));
+  });
+}
+
+// a + s * b in one pass: the fused form of an SGD step (phi - alpha * g).
+template <class T, class B>
+Var<T, B> add_scaled(const Var<T, B>& a, const Var<T, B>& b, T s) {
+  check(a.shape() == b.shape(), "add_scaled", "shapes {} and {} differ", a.shape(), b.shape());
+  return record("add_scaled", {a, b}, raw::axpy(a.value(), b.value(), s), [s](Backward<T, B>& c) {
+    if (c.needs(0)) c.set(0, c.grad());
+    if (c.needs(1)) c.set(1, scale(c.grad(), s));
   });
 }
 

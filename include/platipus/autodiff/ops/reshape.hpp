@@ -30,11 +30,12 @@ inline Shape infer_shape(std::span<const std::int64_t> dims, std::int64_t numel,
   return shape;
 }
 
+// The same elements under a new shape; no copy: the result views x's buffer,
+// which its tape keeps alive.
 template <class T, class B>
 Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  check(shape.numel() == x.numel(), "reshape", "cannot reshape {} into {}", x.shape(), shape);
-  return record("reshape", {x}, x.value().clone().reshaped(shape), [](Backward<T, B>& c) {
+  return record("reshape", {x}, Tensor<T, B>::view(x.value(), shape), [](Backward<T, B>& c) {
     c.set(0, reshape(c.grad(), c.input(0).shape()));
   });
 }

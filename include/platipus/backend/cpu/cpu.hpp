@@ -62,6 +62,11 @@ struct cpu {
   }
 
   template <class T>
+  static void axpy(const T* a, const T* b, T* y, std::int64_t n, T s) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] + s * b[i];
+  }
+
+  template <class T>
   static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) y[i] = mask[i] != T(0) ? a[i] : b[i];
   }

@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""The platipus meta-step workloads in PyTorch and JAX, for side-by-side timing.
+
+Workloads (the same as benchmarks/meta_step.cpp):
+  maml      second-order MAML: 25 tasks, 10 support + 10 query points each,
+            5 inner SGD steps (alpha 0.01), MSE, one Adam step on theta.
+  platipus  PLATIPUS (Algorithm 1 with the Section 4.4 prior): the same tasks,
+            posterior and prior means after one gradient step, reparameterised
+            sample, 5 inner steps, query MSE + 1.5 * KL, one Adam step on
+            (mu, log sigma2, log v_q, gamma_p, gamma_q).
+Networks: small = 1-40-40-1 ReLU; paper = 20-dim bias transformation + 3 x 100 ReLU.
+
+Modes: torch "loop" (the usual per-task Python loop, eager), torch "vmap"
+(torch.func / functorch vmap over tasks, eager), jax "jit" (jit + vmap).
+
+Prints one JSON line: {"framework", "mode", "algorithm", "network", "device",
+"ms_per_step" (median over repeats), "repeats"}.
+"""
+import argparse
+import json
+import math
+import random
+import statistics
+import time
+
+TASKS, POINTS, INNER_STEPS, ALPHA, KL_WEIGHT = 25, 10, 5, 0.01, 1.5
+
+
+def layer_sizes(network):
+    return [1, 40, 40, 1] if network == "small" else [21, 100, 100, 100, 1]
+
+
+def sinusoid_batch(rng):
+    """[xs, ys, xq, yq] as nested lists [tasks][points][1]: x ~ U[-5, 5],
+    y = A sin(x + phase), A ~ U[0.1, 5], phase ~ U[0, pi]. Plain Python, so
+    that neither framework's copy of NumPy matters."""
+    xs, ys, xq, yq = [], [], [], []
+    for _ in range(TASKS):
+        amp, phase = rng.uniform(0.1, 5.0), rng.uniform(0, math.pi)
+        for x_list, y_list in ((xs, ys), (xq, yq)):
+            x = [rng.uniform(-5, 5) for _ in range(POINTS)]
+            x_list.append([[v] for v in x])
+            y_list.append([[amp * math.sin(v + phase)] for v in x])
+    return [xs, ys, xq, yq]
+
+
+def init_params(network, rng):
+    """He-normal weights and zero biases as nested lists (a zero bias transformation first for "paper")."""
+    sizes = layer_sizes(network)
+    params = [[0.0] * 20] if network == "paper" else []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        scale = math.sqrt(2.0 / fan_in)
+        params.append([[rng.gauss(0, scale) for _ in range(fan_out)] for _ in range(fan_in)])
+        params.append([0.0] * fan_out)
+    return params
+
+
+# ---------------------------------------------------------------- PyTorch
+def run_torch(args):
+    import torch
+    device = torch.device(args.device)
+    rng = random.Random(0)
+    batch = [torch.tensor(a, dtype=torch.float32, device=device) for a in sinusoid_batch(rng)]
+    bias_transform = args.network == "paper"
+
+    def forward(params, x):
+        if bias_transform:
+            x = torch.cat([x, params[0].expand(*x.shape[:-1], 20)], -1)
+            params = params[1:]
+        for i in range(0, len(params), 2):
+            x = x @ params[i] + params[i + 1]
+            if i + 2 < len(params):
+                x = torch.relu(x)
+        return x
+
+    def mse(params, x, y):
+        return ((forward(params, x) - y) ** 2).mean()
+
+    def sgd(params, grads, step):
+        return [p - step * g for p, g in zip(params, grads)]
+
+    base = [torch.tensor(p, dtype=torch.float32, device=device, requires_grad=True)
+            for p in init_params(args.network, rng)]
+    if args.algorithm == "maml":
+        meta = base
+    else:
+        meta = base + [torch.full_like(p, v, requires_grad=True) for v in (math.log(0.01), math.log(0.01), 0.01, 0.01)
+                       for p in base]
+    optimizer = torch.optim.Adam(meta, lr=1e-3)
+    count = len(base)
+
+    if args.mode == "loop":
+        def task_objective(t):
+            xs, ys, xq, yq = (b[t] for b in batch)
+            if args.algorithm == "maml":
+                fast = base
+                for _ in range(INNER_STEPS):
+                    fast = sgd(fast, torch.autograd.grad(mse(fast, xs, ys), fast, create_graph=True), ALPHA)
+                return mse(fast, xq, yq)
+            mu, log_s2, log_vq, gp, gq = (meta[i * count:(i + 1) * count] for i in range(5))
+            gq_grad = torch.autograd.grad(mse(mu, xq, yq), mu, create_graph=True)
+            mu_q = [m - g_ * d for m, g_, d in zip(mu, gq, gq_grad)]
+            gp_grad = torch.autograd.grad(mse(mu, xs, ys), mu, create_graph=True)
+            mu_p = [m - g_ * d for m, g_, d in zip(mu, gp, gp_grad)]
+            fast = [m + torch.exp(0.5 * lv) * torch.randn_like(m) for m, lv in zip(mu_q, log_vq)]
+            for _ in range(INNER_STEPS):
+                fast = sgd(fast, torch.autograd.grad(mse(fast, xs, ys), fast, create_graph=True), ALPHA)
+            kl = sum(0.5 * (ls - lv + (torch.exp(lv) + (mq - mp) ** 2) / torch.exp(ls) - 1).sum()
+                     for mq, mp, ls, lv in zip(mu_q, mu_p, log_s2, log_vq))
+            return mse(fast, xq, yq) + KL_WEIGHT * kl
+
+        def meta_step():
+            optimizer.zero_grad()
+            (sum(task_objective(t) for t in range(TASKS)) / TASKS).backward()
+            optimizer.step()
+    else:
+        try:
+            from torch.func import grad, vmap
+        except ImportError:  # PyTorch 1.13: functorch
+            from functorch import grad, vmap
+
+        def adapt(params, xs, ys):
+            for _ in range(INNER_STEPS):
+                params = sgd(params, grad(mse)(params, xs, ys), ALPHA)
+            return params
+
+        if args.algorithm == "maml":
+            def objective(params, xs, ys, xq, yq):
+                return mse(adapt(params, xs, ys), xq, yq)
+            batched = vmap(objective, in_dims=(None, 0, 0, 0, 0))
+
+            def meta_step():
+                optimizer.zero_grad()
+                batched(base, *batch).mean().backward()
+                optimizer.step()
+        else:
+            def objective(theta, xs, ys, xq, yq, eps):
+                mu, log_s2, log_vq, gp, gq = (theta[i * count:(i + 1) * count] for i in range(5))
+                mu_q = [m - g_ * d for m, g_, d in zip(mu, gq, grad(mse)(mu, xq, yq))]
+                mu_p = [m - g_ * d for m, g_, d in zip(mu, gp, grad(mse)(mu, xs, ys))]
+                fast = adapt([m + torch.exp(0.5 * lv) * e for m, lv, e in zip(mu_q, log_vq, eps)], xs, ys)
+                kl = sum(0.5 * (ls - lv + (torch.exp(lv) + (mq - mp) ** 2) / torch.exp(ls) - 1).sum()
+                         for mq, mp, ls, lv in zip(mu_q, mu_p, log_s2, log_vq))
+                return mse(fast, xq, yq) + KL_WEIGHT * kl
+            batched = vmap(objective, in_dims=(None, 0, 0, 0, 0, 0))
+
+            def meta_step():
+                optimizer.zero_grad()
+                eps = [torch.randn(TASKS, *p.shape, device=device) for p in base]
+                batched(meta, *batch, eps).mean().backward()
+                optimizer.step()
+
+    def timed():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        meta_step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+    return timed
+
+
+# ---------------------------------------------------------------- JAX
+def run_jax(args):
+    import jax
+    import jax.numpy as jnp
+    device = jax.devices("gpu" if args.device == "cuda" else "cpu")[0]
+    rng = random.Random(0)
+    batch = [jax.device_put(jnp.array(a, jnp.float32), device) for a in sinusoid_batch(rng)]
+    bias_transform = args.network == "paper"
+
+    def forward(params, x):
+        if bias_transform:
+            x = jnp.concatenate([x, jnp.broadcast_to(params[0], (*x.shape[:-1], 20))], -1)
+            params = params[1:]
+        for i in range(0, len(params), 2):
+            x = x @ params[i] + params[i + 1]
+            if i + 2 < len(params):
+                x = jax.nn.relu(x)
+        return x
+
+    def mse(params, x, y):
+        return jnp.mean((forward(params, x) - y) ** 2)
+
+    def adapt(params, xs, ys):
+        for _ in range(INNER_STEPS):
+            params = [p - ALPHA * g for p, g in zip(params, jax.grad(mse)(params, xs, ys))]
+        return params
+
+    base = [jax.device_put(jnp.array(p, jnp.float32), device) for p in init_params(args.network, rng)]
+    count = len(base)
+    if args.algorithm == "maml":
+        meta = base
+
+        def objective(theta, xs, ys, xq, yq, eps):
+            return mse(adapt(theta, xs, ys), xq, yq)
+    else:
+        meta = base + [jnp.full_like(p, v) for v in (math.log(0.01), math.log(0.01), 0.01, 0.01) for p in base]
+
+        def objective(theta, xs, ys, xq, yq, eps):
+            mu, log_s2, log_vq, gp, gq = (theta[i * count:(i + 1) * count] for i in range(5))
+            mu_q = [m - g_ * d for m, g_, d in zip(mu, gq, jax.grad(mse)(mu, xq, yq))]
+            mu_p = [m - g_ * d for m, g_, d in zip(mu, gp, jax.grad(mse)(mu, xs, ys))]
+            fast = adapt([m + jnp.exp(0.5 * lv) * e for m, lv, e in zip(mu_q, log_vq, eps)], xs, ys)
+            kl = sum(0.5 * jnp.sum(ls - lv + (jnp.exp(lv) + (mq - mp) ** 2) / jnp.exp(ls) - 1)
+                     for mq, mp, ls, lv in zip(mu_q, mu_p, log_s2, log_vq))
+            return mse(fast, xq, yq) + KL_WEIGHT * kl
+
+    def meta_loss(theta, key):
+        eps = [jax.random.normal(k, (TASKS, *p.shape)) for k, p in zip(jax.random.split(key, count), base)]
+        return jnp.mean(jax.vmap(objective, in_axes=(None, 0, 0, 0, 0, 0))(theta, *batch, eps))
+
+    @jax.jit
+    def meta_step(theta, m, v, t, key):  # Adam, lr 1e-3
+        g = jax.grad(meta_loss)(theta, key)
+        m = [0.9 * a + 0.1 * b for a, b in zip(m, g)]
+        v = [0.999 * a + 0.001 * b * b for a, b in zip(v, g)]
+        theta = [p - 1e-3 * (a / (1 - 0.9 ** t)) / (jnp.sqrt(b / (1 - 0.999 ** t)) + 1e-8)
+                 for p, a, b in zip(theta, m, v)]
+        return theta, m, v
+
+    state = {"theta": meta, "m": [jnp.zeros_like(p) for p in meta], "v": [jnp.zeros_like(p) for p in meta],
+             "t": 0, "key": jax.random.PRNGKey(0)}
+
+    def timed():
+        state["t"] += 1
+        state["key"], key = jax.random.split(state["key"])
+        start = time.perf_counter()
+        theta, m, v = meta_step(state["theta"], state["m"], state["v"], float(state["t"]), key)
+        jax.block_until_ready(theta)
+        state.update(theta=theta, m=m, v=v)
+        return time.perf_counter() - start
+    return timed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--framework", choices=["torch", "jax"], default="torch")
+    parser.add_argument("--mode", choices=["loop", "vmap", "jit"], default=None)
+    parser.add_argument("--algorithm", choices=["maml", "platipus"], default="maml")
+    parser.add_argument("--network", choices=["small", "paper"], default="small")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
+    args = parser.parse_args()
+    args.mode = args.mode or ("jit" if args.framework == "jax" else "loop")
+    if args.framework == "torch" and args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    timed = run_torch(args) if args.framework == "torch" else run_jax(args)
+    for _ in range(args.warmup):
+        timed()
+    times = [timed() for _ in range(args.repeats)]
+    print(json.dumps({"framework": args.framework, "mode": args.mode, "algorithm": args.algorithm,
+                      "network": args.network, "device": args.device,
+                      "ms_per_step": round(1000 * statistics.median(times), 3), "repeats": args.repeats}))
+
+
+if __name__ == "__main__":
+    main()

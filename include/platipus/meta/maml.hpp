@@ -1,0 +1,155 @@
+// MAML (Finn, Abbeel, Levine, ICML 2017) and its "MAML + noise" baseline.
+//
+//   phi_i = theta - alpha grad L(theta, D_train_i)   (K steps)
+//   theta <- Adam( mean_i L(phi_i, D_test_i) )      differentiated through
+//                                                   the K steps (second order
+//                                                   unless first_order)
+//
+// All tasks of a meta-batch run as one computation: theta is expanded to
+// [tasks, P] and every layer is a batched op over the task axis. With
+// inner_gradient_noise > 0 the inner gradient gets N(0, s^2) noise during
+// meta-training and adaptation: the "MAML + noise" baseline of the PLATIPUS
+// paper, whose `sample` then returns distinct models.
+#pragma once
+
+#include <memory>
+
+#include "platipus/meta/inner_loop.hpp"
+#include "platipus/meta/predict.hpp"
+#include "platipus/meta/task_parallel.hpp"
+#include "platipus/optim/optimizers.hpp"
+
+namespace platipus {
+
+struct MamlSettings {
+  int inner_steps = 5;
+  double inner_learning_rate = 0.01;  // alpha
+  bool first_order = false;           // drop the second-order terms (FOMAML)
+  double inner_gradient_noise = 0;    // "MAML + noise" when > 0
+  optim::AdamSettings meta_optimizer{};
+  int threads = 0;  // threads over the tasks of a meta-batch; 0: one per hardware thread
+};
+
+struct MetaStepResult {
+  double query_loss = 0;    // mean post-adaptation loss on the query sets
+  double support_loss = 0;  // mean pre-adaptation loss on the support sets
+  double kl = 0;            // mean KL term (PLATIPUS only)
+};
+
+template <class M, class L, class T = float, class B = cpu>
+  requires Model<M, T, B> && Loss<L, T, B>
+class Maml {
+ public:
+  Maml(M model, L loss, MamlSettings settings, Generator& init)
+      : model_(std::move(model)), loss_(std::move(loss)), settings_(settings),
+        params_(model_.template initialize<T, B>(init)), optimizer_(settings.meta_optimizer),
+        pool_(std::make_unique<ThreadPool>(settings.threads)) {}
+
+  // One meta-update of theta on a batch of tasks (chunks of tasks in parallel).
+  MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
+    batch.validate("Maml::meta_train_step");
+    const auto ranges = split_tasks(batch.tasks(), pool_->size());
+    const Shape shape = params_.shape();
+    ChunkGradients<T, B> gradients(ranges.size(), std::span<const Shape>(&shape, 1));
+    std::vector<Generator> noise;
+    for (std::size_t c = 0; c < ranges.size(); ++c) noise.push_back(gen.fork());
+    std::vector<MetaStepResult> partial(ranges.size());
+    const double tasks = static_cast<double>(batch.tasks());
+    pool_->run(static_cast<int>(ranges.size()), [&](int c) {
+      const auto chunk = slice_tasks(batch, ranges[c]);
+      Tape<T, B> tape;
+      const auto theta = tape.variable(params_);
+      const auto xs = tape.constant(chunk.support_x), ys = tape.constant(chunk.support_y);
+      const auto adapted = adapt(model_, loss_, per_task(theta, model_.layout(), chunk.tasks()), xs, ys,
+                                 inner_loop(!settings_.first_order), &noise[c]);
+      const auto query = sum(loss_(forward(adapted.params, tape.constant(chunk.query_x)), tape.constant(chunk.query_y), 1));
+      const auto g = grad(query / tasks, theta);  // the meta-loss is the mean over all tasks
+      gradients.store(c, std::span<const Var<T, B>>(&g, 1));
+      partial[c].query_loss = query.item() / tasks;
+      if (adapted.initial_loss.defined()) partial[c].support_loss = adapted.initial_loss.item() / tasks;
+    });
+    auto total = gradients.sum();
+    Tensor<T, B>* p[] = {&params_};
+    const Tensor<T, B>* g[] = {&total[0]};
+    optimizer_.step(p, g);
+    MetaStepResult result;
+    for (const auto& r : partial) {
+      result.query_loss += r.query_loss;
+      result.support_loss += r.support_loss;
+    }
+    return result;
+  }
+
+  // Parameters adapted to each task's support set: [tasks, P].
+  Tensor<T, B> adapt_to(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, Generator& gen) const {
+    check(support_x.rank() == 3 && support_x.dim(1) > 0, "Maml::adapt", "empty or malformed support set {}",
+          support_x.shape());
+    Tape<T, B> tape;
+    const auto theta = tape.variable(params_);
+    const auto adapted = adapt(model_, loss_, per_task(theta, model_.layout(), support_x.dim(0)),
+                               tape.constant(support_x), tape.constant(support_y), inner_loop(false), &gen);
+    return flat_values(adapted.params, model_.layout());
+  }
+
+  // n adapted models per task, [tasks, n, P]: n copies of the one MAML
+  // solution, or n noisy solutions for MAML + noise.
+  Tensor<T, B> sample(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t n, Generator& gen) const {
+    check(n > 0, "Maml::sample", "the number of samples must be positive, got {}", n);
+    const std::int64_t tasks = support_x.dim(0), size = params_.numel();
+    Tensor<T, B> adapted = adapt_to(repeat(support_x, n), repeat(support_y, n), gen);
+    return std::move(adapted).reshaped(Shape{tasks, n, size});
+  }
+
+  // Predictions of parameters [P], [T, P] or [T, S, P] on x (see meta/predict.hpp).
+  Tensor<T, B> predict(const Tensor<T, B>& params, const Tensor<T, B>& x) const {
+    return platipus::predict(model_, params, x);
+  }
+
+  // Mean post-adaptation query loss of a batch (an evaluation, no update).
+  double evaluate(const TaskBatch<T, B>& batch, Generator& gen) const {
+    batch.validate("Maml::evaluate");
+    const auto prediction = predict(adapt_to(batch.support_x, batch.support_y, gen), batch.query_x);
+    Tape<T, B> tape;
+    NoGradGuard no_grad;
+    return mean(loss_(tape.constant(prediction), tape.constant(batch.query_y), 1)).item();
+  }
+
+  const M& model() const { return model_; }
+  const L& loss() const { return loss_; }
+  const MamlSettings& settings() const { return settings_; }
+  const Tensor<T, B>& parameters() const { return params_; }
+  void set_parameters(Tensor<T, B> params) {
+    check(params.shape() == params_.shape(), "Maml::set_parameters", "expected {}, got {}", params_.shape(),
+          params.shape());
+    params_ = std::move(params);
+  }
+
+  // x [tasks, ...] -> [tasks * n, ...], each task repeated n times in a row.
+  static Tensor<T, B> repeat(const Tensor<T, B>& x, std::int64_t n) {
+    Shape with_axis{x.dim(0), 1}, expanded{x.dim(0), n}, merged{x.dim(0) * n};
+    for (int a = 1; a < x.rank(); ++a) {
+      with_axis.push_back(x.dim(a));
+      expanded.push_back(x.dim(a));
+      merged.push_back(x.dim(a));
+    }
+    return raw::expand(Tensor<T, B>::view(x, with_axis), expanded).reshaped(merged);
+  }
+
+ private:
+  Var<T, B> forward(const Pieces<T, B>& params, const Var<T, B>& x) const {
+    return model_.forward(std::span<const Var<T, B>>(params), x);
+  }
+
+  InnerLoop inner_loop(bool create_graph) const {
+    return {settings_.inner_steps, settings_.inner_learning_rate, create_graph, settings_.inner_gradient_noise};
+  }
+
+  M model_;
+  L loss_;
+  MamlSettings settings_;
+  Tensor<T, B> params_;
+  optim::Adam<T, B> optimizer_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace platipus

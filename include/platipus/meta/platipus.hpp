@@ -1,0 +1,207 @@
+// PLATIPUS: probabilistic MAML (Finn, Xu, Levine, NeurIPS 2018), Algorithm 1
+// (meta-training) and Algorithm 2 (meta-testing) with the data-dependent
+// prior of Section 4.4 ("Adding additional dependencies").
+//
+// Meta-parameters Theta = {mu_theta, log sigma2_theta, log v_q, gamma_p,
+// gamma_q}, each a vector the size of the model's parameters. Per task:
+//   1. mu_q  = mu_theta - gamma_q * grad L(mu_theta, D_test)   posterior mean
+//   2. theta = mu_q + sqrt(v_q) * eps,  eps ~ N(0, I)           reparameterised
+//   3. phi   = theta after K SGD steps on D_train with step alpha
+//   4. mu_p  = mu_theta - gamma_p * grad L(mu_theta, D_train)  prior mean
+//   5. objective L(phi, D_test) + beta KL(N(mu_q, v_q) || N(mu_p, sigma2_theta))
+// averaged over the meta-batch, Adam on Theta. Every gradient in 1, 3 and 4
+// is itself differentiated (create_graph). At meta-test time theta is drawn
+// from the prior N(mu_p, sigma2_theta) and adapted on D_train, S times.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <utility>
+#include <cmath>
+#include <string_view>
+
+#include "platipus/meta/inner_loop.hpp"
+#include "platipus/meta/kl_divergence.hpp"
+#include "platipus/meta/maml.hpp"
+#include "platipus/meta/predict.hpp"
+#include "platipus/meta/task_parallel.hpp"
+#include "platipus/optim/optimizers.hpp"
+
+namespace platipus {
+
+struct PlatipusSettings {
+  int inner_steps = 5;
+  double inner_learning_rate = 1e-3;  // alpha (paper: 1e-3 regression, 1e-2 classification)
+  int mean_steps = 1;                 // gradient steps for the prior and posterior means (paper: 1)
+  double kl_weight = 1.5;             // beta (paper: 1.5 for 1-D regression, 0.01 for 2-D classification)
+  int kl_anneal_steps = 0;            // ramp beta linearly from 0 over this many meta-steps (0: none)
+  double initial_prior_variance = 0.01;      // sigma2_theta at initialisation
+  double initial_posterior_variance = 0.01;  // v_q at initialisation
+  double initial_gamma_p = 0.01, initial_gamma_q = 0.01;
+  optim::AdamSettings meta_optimizer{};
+  int threads = 0;  // threads over the tasks of a meta-batch; 0: one per hardware thread
+};
+
+template <class M, class L, class T = float, class B = cpu>
+  requires Model<M, T, B> && Loss<L, T, B>
+class Platipus {
+ public:
+  // The meta-parameters in a fixed order (also the checkpoint's names).
+  enum Part : int { mu_theta = 0, log_sigma2_theta, log_v_q, gamma_p, gamma_q, part_count };
+  static constexpr std::array<std::string_view, part_count> part_names{
+      "mu_theta", "log_sigma2_theta", "log_v_q", "gamma_p", "gamma_q"};
+
+  Platipus(M model, L loss, PlatipusSettings settings, Generator& init)
+      : model_(std::move(model)), loss_(std::move(loss)), settings_(settings), optimizer_(settings.meta_optimizer),
+        pool_(std::make_unique<ThreadPool>(settings.threads)) {
+    check(settings.initial_prior_variance > 0 && settings.initial_posterior_variance > 0, "Platipus",
+          "initial variances must be positive (got {} and {})", settings.initial_prior_variance,
+          settings.initial_posterior_variance);
+    check(settings.mean_steps >= 1, "Platipus", "mean_steps must be at least 1, got {}", settings.mean_steps);
+    const Shape shape{model_.layout().size()};
+    theta_[mu_theta] = model_.template initialize<T, B>(init);
+    theta_[log_sigma2_theta] = Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_prior_variance)));
+    theta_[log_v_q] = Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_posterior_variance)));
+    theta_[gamma_p] = Tensor<T, B>::full(shape, static_cast<T>(settings.initial_gamma_p));
+    theta_[gamma_q] = Tensor<T, B>::full(shape, static_cast<T>(settings.initial_gamma_q));
+  }
+
+  // One update of Theta on a batch of tasks (chunks of tasks in parallel).
+  MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
+    batch.validate("Platipus::meta_train_step");
+    const auto ranges = split_tasks(batch.tasks(), pool_->size());
+    std::array<Shape, part_count> shapes;
+    for (int i = 0; i < part_count; ++i) shapes[i] = theta_[i].shape();
+    ChunkGradients<T, B> gradients(ranges.size(), shapes);
+    std::vector<Generator> noise;
+    for (std::size_t c = 0; c < ranges.size(); ++c) noise.push_back(gen.fork());
+    std::vector<MetaStepResult> partial(ranges.size());
+    const double tasks = static_cast<double>(batch.tasks());
+    const T kl_weight = static_cast<T>(current_kl_weight());
+    pool_->run(static_cast<int>(ranges.size()), [&](int c) {
+      const auto chunk = slice_tasks(batch, ranges[c]);
+      Tape<T, B> tape;
+      std::array<Var<T, B>, part_count> v;
+      for (int i = 0; i < part_count; ++i) v[i] = tape.variable(theta_[i]);
+      const auto [query, kl] = objective_terms(v, chunk, noise[c]);
+      const auto grads = grad(sum(query + kl_weight * kl) / tasks, std::span<const Var<T, B>>(v));
+      gradients.store(c, grads);
+      partial[c].query_loss = sum(query).item() / tasks;
+      partial[c].kl = sum(kl).item() / tasks;
+    });
+    auto total = gradients.sum();
+    std::array<Tensor<T, B>*, part_count> params;
+    std::array<const Tensor<T, B>*, part_count> grads;
+    for (int i = 0; i < part_count; ++i) {
+      params[i] = &theta_[i];
+      grads[i] = &total[i];
+    }
+    optimizer_.step(params, grads);
+    ++steps_;
+    MetaStepResult result;
+    for (const auto& r : partial) {
+      result.query_loss += r.query_loss;
+      result.kl += r.kl;
+    }
+    return result;
+  }
+
+  // Steps 1-5 of Algorithm 1 for a batch of tasks: per task, the query loss
+  // of phi and KL(q || p). Theta's parts are leaves of the caller's tape.
+  std::pair<Var<T, B>, Var<T, B>> objective_terms(const std::array<Var<T, B>, part_count>& v,
+                                                  const TaskBatch<T, B>& batch, Generator& gen) const {
+    Tape<T, B>& tape = v[0].tape();
+    const auto& layout = model_.layout();
+    const std::int64_t tasks = batch.tasks();
+    const auto xs = tape.constant(batch.support_x), ys = tape.constant(batch.support_y);
+    const auto xq = tape.constant(batch.query_x), yq = tape.constant(batch.query_y);
+    const auto mu = per_task(v[mu_theta], layout, tasks);
+    const auto log_vq = unflatten(v[log_v_q], layout.shapes()), log_s2 = unflatten(v[log_sigma2_theta], layout.shapes());
+
+    const auto mu_q = descend(mu, unflatten(v[gamma_q], layout.shapes()), xq, yq, true);  // step 1
+    const auto mu_p = descend(mu, unflatten(v[gamma_p], layout.shapes()), xs, ys, true);  // step 4
+    Pieces<T, B> theta;                                                                    // step 2
+    for (std::size_t i = 0; i < mu_q.size(); ++i)
+      theta.push_back(mu_q[i] + exp(0.5 * log_vq[i]) * tape.constant(raw::normal<T, B>(mu_q[i].shape(), gen)));
+    const auto phi = adapt(model_, loss_, theta, xs, ys, inner_loop(true)).params;  // step 3
+
+    const auto query = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 1);  // step 5
+    Var<T, B> kl;
+    for (std::size_t i = 0; i < mu_q.size(); ++i) {
+      const auto term = kl_diagonal_gaussians(reshape(mu_q[i], {tasks, -1}), reshape(log_vq[i], {-1}),
+                                              reshape(mu_p[i], {tasks, -1}), reshape(log_s2[i], {-1}));
+      kl = kl.defined() ? kl + term : term;
+    }
+    return {query, kl};
+  }
+
+  // Algorithm 2 with the data-dependent prior: n models per task, [tasks, n, P].
+  Tensor<T, B> sample(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t n, Generator& gen) const {
+    check(support_x.rank() == 3 && support_x.dim(1) > 0, "Platipus::sample", "empty or malformed support set {}",
+          support_x.shape());
+    check(n > 0, "Platipus::sample", "the number of samples must be positive, got {}", n);
+    const auto& layout = model_.layout();
+    const std::int64_t tasks = support_x.dim(0), size = layout.size();
+    Tape<T, B> tape;
+    const auto mu_p = descend(per_task(tape.variable(theta_[mu_theta]), layout, tasks),
+                              unflatten(tape.constant(theta_[gamma_p]), layout.shapes()), tape.constant(support_x),
+                              tape.constant(support_y), false);
+    const auto log_s2 = unflatten(tape.constant(theta_[log_sigma2_theta]), layout.shapes());
+    Pieces<T, B> start;
+    for (std::size_t i = 0; i < mu_p.size(); ++i) {
+      const Shape& shape = layout.shapes()[i];
+      Shape one{tasks, 1}, many{tasks, n}, merged{tasks * n};
+      for (auto d : shape.dims()) one.push_back(d), many.push_back(d), merged.push_back(d);
+      const auto draw = reshape(mu_p[i], one) + exp(0.5 * log_s2[i]) * tape.constant(raw::normal<T, B>(many, gen));
+      start.push_back(tape.variable(reshape(draw, merged).value().clone()));  // a fresh leaf: the test-time inner loop starts here
+    }
+    const auto xs = tape.constant(Maml<M, L, T, B>::repeat(support_x, n));
+    const auto ys = tape.constant(Maml<M, L, T, B>::repeat(support_y, n));
+    const auto phi = adapt(model_, loss_, start, xs, ys, inner_loop(false)).params;
+    return flat_values(phi, layout).reshaped(Shape{tasks, n, size});
+  }
+
+  Tensor<T, B> predict(const Tensor<T, B>& params, const Tensor<T, B>& x) const {
+    return platipus::predict(model_, params, x);
+  }
+
+  const Tensor<T, B>& part(Part p) const { return theta_[p]; }
+  void set_part(Part p, Tensor<T, B> value) {
+    check(value.shape() == theta_[p].shape(), "Platipus::set_part", "{} must be {}, got {}", part_names[p],
+          theta_[p].shape(), value.shape());
+    theta_[p] = std::move(value);
+  }
+  const M& model() const { return model_; }
+  const PlatipusSettings& settings() const { return settings_; }
+  int steps() const { return steps_; }
+
+  double current_kl_weight() const {
+    if (settings_.kl_anneal_steps <= 0) return settings_.kl_weight;
+    return settings_.kl_weight * std::min(1.0, static_cast<double>(steps_) / settings_.kl_anneal_steps);
+  }
+
+ private:
+  // mean - gamma * grad L(mean, D), piece by piece, repeated mean_steps times.
+  Pieces<T, B> descend(Pieces<T, B> m, const Pieces<T, B>& gamma, const Var<T, B>& x, const Var<T, B>& y,
+                       bool create_graph) const {
+    for (int step = 0; step < settings_.mean_steps; ++step) {
+      const auto g = grad(task_loss(model_, loss_, m, x, y), std::span<const Var<T, B>>(m), {.create_graph = create_graph});
+      for (std::size_t i = 0; i < m.size(); ++i) m[i] = m[i] - gamma[i] * g[i];
+    }
+    return m;
+  }
+
+  InnerLoop inner_loop(bool create_graph) const {
+    return {settings_.inner_steps, settings_.inner_learning_rate, create_graph, 0.0};
+  }
+
+  M model_;
+  L loss_;
+  PlatipusSettings settings_;
+  std::array<Tensor<T, B>, part_count> theta_;
+  optim::Adam<T, B> optimizer_;
+  std::unique_ptr<ThreadPool> pool_;
+  int steps_ = 0;
+};
+
+}  // namespace platipus
