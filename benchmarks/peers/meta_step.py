@@ -45,12 +45,13 @@ def sinusoid_batch(rng):
 
 
 def init_params(network, rng):
-    """He-normal weights and zero biases as nested lists (a zero bias transformation first for "paper")."""
+    """Weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (platipus's and PyTorch's default) and zero biases,
+    as nested lists, with a zero bias transformation first for "paper"."""
     sizes = layer_sizes(network)
     params = [[0.0] * 20] if network == "paper" else []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        scale = math.sqrt(2.0 / fan_in)
-        params.append([[rng.gauss(0, scale) for _ in range(fan_out)] for _ in range(fan_in)])
+        bound = 1 / math.sqrt(fan_in)
+        params.append([[rng.uniform(-bound, bound) for _ in range(fan_out)] for _ in range(fan_in)])
         params.append([0.0] * fan_out)
     return params
 

@@ -13,6 +13,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "platipus/meta/inner_loop.hpp"
 #include "platipus/meta/predict.hpp"
@@ -45,9 +48,21 @@ class Maml {
         params_(model_.template initialize<T, B>(init)), optimizer_(settings.meta_optimizer),
         pool_(std::make_unique<ThreadPool>(settings.threads)) {}
 
-  // One meta-update of theta on a batch of tasks (chunks of tasks in parallel).
+  // One meta-update of theta on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
-    batch.validate("Maml::meta_train_step");
+    MetaStepResult result;
+    const Tensor<T, B> g = meta_gradient(batch, gen, &result);
+    Tensor<T, B>* p[] = {&params_};
+    const Tensor<T, B>* gp[] = {&g};
+    optimizer_.step(p, gp);
+    return result;
+  }
+
+  // The gradient of the meta-loss (the mean post-adaptation query loss) with
+  // respect to theta, differentiated through the inner loop; no update.
+  // Chunks of tasks run in parallel on the pool.
+  Tensor<T, B> meta_gradient(const TaskBatch<T, B>& batch, Generator& gen, MetaStepResult* stats = nullptr) const {
+    batch.validate("Maml::meta_gradient");
     const auto ranges = split_tasks(batch.tasks(), pool_->size());
     const Shape shape = params_.shape();
     ChunkGradients<T, B> gradients(ranges.size(), std::span<const Shape>(&shape, 1));
@@ -68,16 +83,14 @@ class Maml {
       partial[c].query_loss = query.item() / tasks;
       if (adapted.initial_loss.defined()) partial[c].support_loss = adapted.initial_loss.item() / tasks;
     });
-    auto total = gradients.sum();
-    Tensor<T, B>* p[] = {&params_};
-    const Tensor<T, B>* g[] = {&total[0]};
-    optimizer_.step(p, g);
-    MetaStepResult result;
-    for (const auto& r : partial) {
-      result.query_loss += r.query_loss;
-      result.support_loss += r.support_loss;
+    if (stats) {
+      *stats = {};
+      for (const auto& r : partial) {
+        stats->query_loss += r.query_loss;
+        stats->support_loss += r.support_loss;
+      }
     }
-    return result;
+    return std::move(gradients.sum()[0]);
   }
 
   // Parameters adapted to each task's support set: [tasks, P].
@@ -112,6 +125,13 @@ class Maml {
     Tape<T, B> tape;
     NoGradGuard no_grad;
     return mean(loss_(tape.constant(prediction), tape.constant(batch.query_y), 1)).item();
+  }
+
+  // The meta-parameters by name, for checkpoints: {"theta"}.
+  std::vector<std::pair<std::string, const Tensor<T, B>*>> state() const { return {{"theta", &params_}}; }
+  void set_state(const std::string& name, Tensor<T, B> value) {
+    check(name == "theta", "Maml::set_state", "unknown meta-parameter '{}'", name);
+    set_parameters(std::move(value));
   }
 
   const M& model() const { return model_; }

@@ -18,7 +18,9 @@
 #include <memory>
 #include <utility>
 #include <cmath>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "platipus/meta/inner_loop.hpp"
 #include "platipus/meta/kl_divergence.hpp"
@@ -66,9 +68,27 @@ class Platipus {
     theta_[gamma_q] = Tensor<T, B>::full(shape, static_cast<T>(settings.initial_gamma_q));
   }
 
-  // One update of Theta on a batch of tasks (chunks of tasks in parallel).
+  // One update of Theta on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
-    batch.validate("Platipus::meta_train_step");
+    MetaStepResult result;
+    auto total = meta_gradient(batch, gen, &result);
+    std::array<Tensor<T, B>*, part_count> params;
+    std::array<const Tensor<T, B>*, part_count> grads;
+    for (int i = 0; i < part_count; ++i) {
+      params[i] = &theta_[i];
+      grads[i] = &total[i];
+    }
+    optimizer_.step(params, grads);
+    ++steps_;
+    return result;
+  }
+
+  // The gradients of the objective, mean over tasks of L(phi, D_test) +
+  // beta KL, with respect to the five parts of Theta; no update. Chunks of
+  // tasks run in parallel on the pool.
+  std::vector<Tensor<T, B>> meta_gradient(const TaskBatch<T, B>& batch, Generator& gen,
+                                          MetaStepResult* stats = nullptr) const {
+    batch.validate("Platipus::meta_gradient");
     const auto ranges = split_tasks(batch.tasks(), pool_->size());
     std::array<Shape, part_count> shapes;
     for (int i = 0; i < part_count; ++i) shapes[i] = theta_[i].shape();
@@ -89,21 +109,14 @@ class Platipus {
       partial[c].query_loss = sum(query).item() / tasks;
       partial[c].kl = sum(kl).item() / tasks;
     });
-    auto total = gradients.sum();
-    std::array<Tensor<T, B>*, part_count> params;
-    std::array<const Tensor<T, B>*, part_count> grads;
-    for (int i = 0; i < part_count; ++i) {
-      params[i] = &theta_[i];
-      grads[i] = &total[i];
+    if (stats) {
+      *stats = {};
+      for (const auto& r : partial) {
+        stats->query_loss += r.query_loss;
+        stats->kl += r.kl;
+      }
     }
-    optimizer_.step(params, grads);
-    ++steps_;
-    MetaStepResult result;
-    for (const auto& r : partial) {
-      result.query_loss += r.query_loss;
-      result.kl += r.kl;
-    }
-    return result;
+    return gradients.sum();
   }
 
   // Steps 1-5 of Algorithm 1 for a batch of tasks: per task, the query loss
@@ -163,6 +176,18 @@ class Platipus {
 
   Tensor<T, B> predict(const Tensor<T, B>& params, const Tensor<T, B>& x) const {
     return platipus::predict(model_, params, x);
+  }
+
+  // The meta-parameters by name, for checkpoints (part_names order).
+  std::vector<std::pair<std::string, const Tensor<T, B>*>> state() const {
+    std::vector<std::pair<std::string, const Tensor<T, B>*>> out;
+    for (int i = 0; i < part_count; ++i) out.emplace_back(std::string(part_names[i]), &theta_[i]);
+    return out;
+  }
+  void set_state(const std::string& name, Tensor<T, B> value) {
+    for (int i = 0; i < part_count; ++i)
+      if (name == part_names[i]) return set_part(static_cast<Part>(i), std::move(value));
+    fail("Platipus::set_state", "unknown meta-parameter '{}'", name);
   }
 
   const Tensor<T, B>& part(Part p) const { return theta_[p]; }

@@ -24,10 +24,10 @@ Shape batched(const Var<T, B>& piece, int own_rank, std::initializer_list<std::i
 
 }  // namespace detail
 
-// y = x W + b, W [in, out] (He or Glorot initialised), b [out] (zeros).
+// y = x W + b, W [in, out], b [out] (zeros).
 struct Linear {
   std::int64_t inputs = 0, outputs = 0;
-  Init init = Init::he_normal;
+  Init init = Init::uniform_fan_in;
   std::size_t weight = 0, bias = 0;  // piece indices, set by `declare`
 
   void declare(ParamLayout& layout, const std::string& prefix) {

@@ -16,8 +16,9 @@ namespace platipus::nn {
 
 enum class Init {
   zeros,
-  glorot_uniform,  // U(-a, a), a = sqrt(6 / (fan_in + fan_out)): for tanh / sigmoid layers
-  he_normal,       // N(0, 2 / fan_in): for ReLU layers
+  uniform_fan_in,  // U(-a, a), a = 1 / sqrt(fan_in): PyTorch's nn.Linear default
+  glorot_uniform,  // U(-a, a), a = sqrt(6 / (fan_in + fan_out))
+  he_normal,       // N(0, 2 / fan_in)
 };
 
 struct ParamSpec {
@@ -59,11 +60,12 @@ class ParamLayout {
       const auto count = s.shape.numel();
       auto draws = s.init == Init::he_normal ? raw::normal<T>(s.shape, gen).to_vector()
                                              : raw::uniform<T>(s.shape, gen).to_vector();
+      const double bound = s.init == Init::glorot_uniform ? std::sqrt(6.0 / (fan_in + fan_out)) : 1.0 / std::sqrt(fan_in);
       for (std::int64_t i = 0; i < count; ++i) {
         const T u = draws[static_cast<std::size_t>(i)];
-        values[static_cast<std::size_t>(s.offset + i)] =
-            s.init == Init::he_normal ? static_cast<T>(std::sqrt(2.0 / fan_in)) * u
-                                      : static_cast<T>(std::sqrt(6.0 / (fan_in + fan_out))) * (2 * u - 1);
+        values[static_cast<std::size_t>(s.offset + i)] = s.init == Init::he_normal
+                                                             ? static_cast<T>(std::sqrt(2.0 / fan_in)) * u
+                                                             : static_cast<T>(bound) * (2 * u - 1);
       }
     }
     return Tensor<T, B>::from_host(Shape{size_}, values);
