@@ -1,6 +1,6 @@
 // The backward engine: grad's contract and errors, higher-order derivatives,
 // Hessian-vector products and MAML meta-gradients of an MLP, and tape memory.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <fstream>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using V = Var<double>;
 
 TEST_CASE("grad of a scalar gives the gradient, as constants without create_graph", "[grad]") {

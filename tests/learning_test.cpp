@@ -1,7 +1,7 @@
 // The meta-learners behave as the papers say: MAML learns to adapt, its
 // meta-gradient is second order, and PLATIPUS's samples carry uncertainty
 // that shrinks with data.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cmath>
 #include <numeric>

@@ -1,2 +1,3 @@
+// The test runner's main for Catch2 v2; with v3, Catch2WithMain provides it.
 #define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+#include "catch.hpp"

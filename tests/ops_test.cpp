@@ -1,11 +1,11 @@
 // Every differentiable op and loss against central finite differences, first
 // and second order, in double precision, with inputs kept away from kinks.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using V = Var<double>;
 using Inputs = std::vector<Tensor<double>>;
 using Fn = std::function<V(std::span<const V>)>;

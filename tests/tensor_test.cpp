@@ -1,5 +1,5 @@
 // Tensor, the CPU backend's raw kernels, and the Philox generator.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cmath>
 #include <vector>
@@ -12,7 +12,7 @@
 #include "platipus/tensor/reduce.hpp"
 
 using namespace platipus;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using T = Tensor<double>;
 
 namespace {

@@ -55,6 +55,7 @@ class ChunkGradients {
             dst.shape());
       B::copy(dst.data(), grads[i].value().data(), dst.bytes());
     }
+    B::synchronize();  // the caller reads these after the worker returns
   }
 
   // The sum over chunks, one tensor per parameter.
