@@ -1,0 +1,259 @@
+// The PLATIPUS paper's 1-shot 2-D classification (Section 5, Figure 7): from
+// a single positive example, classify points of [0, 5]^2 as inside or outside
+// an unseen circle. Meta-trains MAML and PLATIPUS (KL weight 0.01, alpha
+// 0.01), reports query accuracy and negative log-likelihood on held-out tasks,
+// and draws PLATIPUS's sampled decision boundaries against MAML's single one.
+//
+//   circles [--quick] [--out DIR] [--steps N] ...
+//   circles --eval-only --checkpoint DIR/checkpoint.bin
+#include <CLI/CLI.hpp>
+
+#include "common.hpp"
+#include "platipus/platipus.hpp"
+
+using namespace platipus;
+using namespace examples;
+
+namespace {
+
+using MamlLearner = Maml<nn::Sequential, BceWithLogitsLoss>;
+using PlatipusLearner = Platipus<nn::Sequential, BceWithLogitsLoss>;
+using Sampler = data::CirclesSampler<float>;
+constexpr long grid_side = 60;
+
+struct Options {
+  long steps = 20000, meta_batch = 25, query = 20;
+  int inner_steps = 5;
+  double inner_rate = 1e-2;  // paper: alpha = 0.01 for classification
+  double kl_weight = 0.01;   // paper: 0.01 for 2-D classification
+  double meta_rate = 1e-3, prior_variance = 0.01, posterior_variance = 0.01, gamma = 0.01;
+  int threads = 0;
+  std::uint64_t seed = 1;
+  nlohmann::json json() const {
+    return {{"steps", steps},
+            {"meta_batch", meta_batch},
+            {"query", query},
+            {"inner_steps", inner_steps},
+            {"inner_rate", inner_rate},
+            {"kl_weight", kl_weight},
+            {"meta_rate", meta_rate},
+            {"prior_variance", prior_variance},
+            {"posterior_variance", posterior_variance},
+            {"gamma", gamma},
+            {"seed", seed}};
+  }
+};
+
+nn::Sequential paper_network() {
+  return nn::mlp({.inputs = 2, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
+}
+
+struct Learners {
+  MamlLearner maml;
+  PlatipusLearner platipus;
+};
+
+Learners make_learners(const Options& o) {
+  Generator a(o.seed), b(o.seed);
+  const optim::AdamSettings adam{.learning_rate = o.meta_rate};
+  return {MamlLearner(paper_network(), BceWithLogitsLoss{},
+                      {.inner_steps = o.inner_steps,
+                       .inner_learning_rate = o.inner_rate,
+                       .meta_optimizer = adam,
+                       .threads = o.threads},
+                      a),
+          PlatipusLearner(paper_network(), BceWithLogitsLoss{},
+                          {.inner_steps = o.inner_steps,
+                           .inner_learning_rate = o.inner_rate,
+                           .kl_weight = o.kl_weight,
+                           .initial_prior_variance = o.prior_variance,
+                           .initial_posterior_variance = o.posterior_variance,
+                           .initial_gamma_p = o.gamma,
+                           .initial_gamma_q = o.gamma,
+                           .meta_optimizer = adam,
+                           .threads = o.threads},
+                          b)};
+}
+
+void train(Learners& learners, const Options& o, const fs::path& out) {
+  const Sampler sampler({.support = 1, .query = o.query});
+  io::MetricsLog log(out, "train");
+  const long every = std::max(1L, o.steps / 200);
+  auto run = [&](const std::string& name, auto& learner, std::uint64_t stream) {
+    Generator gen(o.seed, stream);
+    Progress progress(name, o.steps);
+    double recent = 0;
+    for (long step = 1; step <= o.steps; ++step) {
+      const auto result = learner.meta_train_step(sampler.sample(o.meta_batch, gen), gen);
+      recent += result.query_loss / static_cast<double>(every);
+      if (step % every == 0 || step == o.steps) {
+        log.record({{"learner", name},
+                    {"step", step},
+                    {"query_loss", recent},
+                    {"kl", result.kl},
+                    {"seconds", progress.seconds()}});
+        progress.update(step, fmt::format("query loss {:.3f}", recent));
+        recent = 0;
+      }
+    }
+    log.flush();
+  };
+  run("maml", learners.maml, 1);
+  run("platipus", learners.platipus, 2);
+}
+
+double sigmoid(double z) {
+  return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z));
+}
+
+// Accuracy and NLL of the predictive probability (PLATIPUS: the mean over samples).
+nlohmann::json evaluate(const Learners& learners, long tasks, long samples, std::uint64_t seed) {
+  const Sampler sampler({.support = 1, .query = 100});
+  Generator gen(seed, 3);
+  std::vector<double> maml_accuracy, maml_nll, platipus_accuracy, platipus_nll;
+  for (long done = 0; done < tasks; done += 100) {
+    const auto batch = sampler.sample(std::min(100L, tasks - done), gen);
+    const auto y = batch.query_y.to_vector();
+    const auto maml =
+        learners.maml
+            .predict(learners.maml.adapt_to(batch.support_x, batch.support_y, gen), batch.query_x)
+            .to_vector();
+    const auto sampled =
+        learners.platipus
+            .predict(learners.platipus.sample(batch.support_x, batch.support_y, samples, gen),
+                     batch.query_x)
+            .to_vector();
+    const long n = batch.query_x.dim(1);
+    for (long t = 0; t < batch.tasks(); ++t) {
+      double ma = 0, mn = 0, pa = 0, pn = 0;
+      for (long i = 0; i < n; ++i) {
+        const double label = y[static_cast<std::size_t>(t * n + i)];
+        const double pm = sigmoid(maml[static_cast<std::size_t>(t * n + i)]);
+        double pp = 0;
+        for (long s = 0; s < samples; ++s)
+          pp += sigmoid(sampled[static_cast<std::size_t>((t * samples + s) * n + i)]) / samples;
+        auto nll = [&](double p) {
+          return -std::log(std::clamp(label > 0.5 ? p : 1 - p, 1e-12, 1.0));
+        };
+        ma += ((pm > 0.5) == (label > 0.5)) / static_cast<double>(n);
+        pa += ((pp > 0.5) == (label > 0.5)) / static_cast<double>(n);
+        mn += nll(pm) / static_cast<double>(n);
+        pn += nll(pp) / static_cast<double>(n);
+      }
+      maml_accuracy.push_back(ma), maml_nll.push_back(mn), platipus_accuracy.push_back(pa),
+          platipus_nll.push_back(pn);
+    }
+  }
+  return {{"tasks", tasks},
+          {"query_points", 100},
+          {"platipus_samples", samples},
+          {"maml_accuracy", estimate(maml_accuracy).json()},
+          {"maml_nll", estimate(maml_nll).json()},
+          {"platipus_accuracy", estimate(platipus_accuracy).json()},
+          {"platipus_nll", estimate(platipus_nll).json()}};
+}
+
+// Figure 7: logits over a grid for MAML and each PLATIPUS sample, for a few tasks.
+nlohmann::json figure7(const Learners& learners, long samples, std::uint64_t seed) {
+  const Sampler sampler({.support = 1, .query = 1});
+  Generator gen(seed, 4);
+  std::vector<float> grid;
+  for (long i = 0; i < grid_side; ++i)
+    for (long j = 0; j < grid_side; ++j) {
+      grid.push_back(static_cast<float>(5.0 * static_cast<double>(j) / (grid_side - 1)));
+      grid.push_back(static_cast<float>(5.0 * static_cast<double>(i) / (grid_side - 1)));
+    }
+  nlohmann::json panels = nlohmann::json::array();
+  for (int k = 0; k < 4; ++k) {
+    const auto circle = sampler.draw_circle(gen);
+    const auto batch = sampler.sample(std::span(&circle, 1), gen);
+    const auto gx = Tensor<float>::from_host({1, grid_side * grid_side, 2}, grid);
+    const auto maml =
+        learners.maml.predict(learners.maml.adapt_to(batch.support_x, batch.support_y, gen), gx)
+            .to_vector();
+    const auto sampled =
+        learners.platipus
+            .predict(learners.platipus.sample(batch.support_x, batch.support_y, samples, gen), gx)
+            .to_vector();
+    std::vector<std::vector<float>> fields;
+    for (long s = 0; s < samples; ++s)
+      fields.emplace_back(sampled.begin() + s * grid_side * grid_side,
+                          sampled.begin() + (s + 1) * grid_side * grid_side);
+    panels.push_back({{"circle", {circle.cx, circle.cy, circle.radius}},
+                      {"support", batch.support_x.to_vector()},
+                      {"maml", maml},
+                      {"platipus", fields}});
+  }
+  return {{"side", grid_side}, {"extent", 5.0}, {"panels", panels}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "1-shot 2-D classification of circles: MAML vs PLATIPUS (Finn, Xu, Levine 2018, Figure 7)"};
+  Options o;
+  std::string out = "out/circles", checkpoint;
+  bool quick = false, eval_only = false, no_plot = false;
+  long eval_tasks = 600, samples = 10;
+  app.add_option("--steps", o.steps, "meta-training steps of each learner")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--meta-batch", o.meta_batch, "tasks per meta-step")->check(CLI::PositiveNumber);
+  app.add_option("--inner-steps", o.inner_steps, "SGD steps of the inner loop")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--inner-rate", o.inner_rate, "alpha, the inner-loop step size")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kl-weight", o.kl_weight, "beta, PLATIPUS's KL weight")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--meta-rate", o.meta_rate, "Adam's learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--prior-variance", o.prior_variance, "initial sigma2_theta")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--posterior-variance", o.posterior_variance, "initial v_q")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--gamma", o.gamma, "initial gamma_p and gamma_q")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "threads over a meta-batch's tasks (0: all cores)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "seed of every random draw");
+  app.add_option("--out", out, "output directory");
+  app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
+  app.add_option("--checkpoint", checkpoint,
+                 "checkpoint to write (default DIR/checkpoint.bin) or, with --eval-only, to read");
+  app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint")
+      ->needs(app.get_option("--checkpoint"));
+  app.add_option("--eval-tasks", eval_tasks, "held-out tasks")->check(CLI::PositiveNumber);
+  app.add_option("--samples", samples, "PLATIPUS samples per task")->check(CLI::PositiveNumber);
+  app.add_flag("--no-plot", no_plot, "do not call the plot script");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    if (app.count("--steps") == 0) o.steps = 200;
+    if (app.count("--eval-tasks") == 0) eval_tasks = 100;
+  }
+  try {
+    const fs::path dir(out);
+    Learners learners = make_learners(o);
+    if (eval_only) {
+      load_learners(checkpoint, learners.maml, learners.platipus);
+    } else {
+      train(learners, o, dir);
+      const fs::path path = checkpoint.empty() ? dir / "checkpoint.bin" : fs::path(checkpoint);
+      save_learners(path, {{"options", o.json()}}, learners.maml, learners.platipus);
+      fmt::print(stderr, "saved {}\n", path.string());
+    }
+    const auto results = evaluate(learners, eval_tasks, samples, o.seed);
+    write_json(dir / "results.json", {{"results", results}, {"options", o.json()}});
+    write_json(dir / "figure7.json", figure7(learners, samples, o.seed));
+    auto text = [&](const char* key) {
+      return Estimate{results[key]["mean"], results[key]["ci95"]}.text();
+    };
+    fmt::print("1-shot classification on {} held-out tasks (mean +- 95% interval)\n", eval_tasks);
+    fmt::print("  MAML                         accuracy {}  NLL {}\n", text("maml_accuracy"),
+               text("maml_nll"));
+    fmt::print("  PLATIPUS, {} samples averaged accuracy {}  NLL {}\n", samples,
+               text("platipus_accuracy"), text("platipus_nll"));
+    fmt::print("wrote {}/results.json, figure7.json, train.jsonl, train.csv\n", out);
+    if (!no_plot) plot("circles", dir);
+  } catch (const platipus::error& e) {
+    fmt::print(stderr, "circles: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,180 @@
+// The PLATIPUS paper's 5-shot sinusoid-or-line regression (Section 5,
+// Figure 3): meta-trains MAML and PLATIPUS with the paper's network and
+// settings, reports query MSE on held-out tasks with 95% intervals, and draws
+// Figure 3 (MAML's fit and 10 PLATIPUS samples on a sinusoid and a line task,
+// and one task with 1, 2, 5 and 10 support points).
+//
+//   sine_line [--quick] [--out DIR] [--steps N] ...        train, evaluate, plot
+//   sine_line --eval-only --checkpoint DIR/checkpoint.bin  evaluate and plot only
+#include <CLI/CLI.hpp>
+
+#include "regression.hpp"
+
+using namespace platipus;
+using namespace examples;
+
+namespace {
+
+constexpr long grid_points = 200;
+
+std::vector<float> linspace(double low, double high, long n) {
+  std::vector<float> v;
+  for (long i = 0; i < n; ++i)
+    v.push_back(static_cast<float>(low + (high - low) * static_cast<double>(i) /
+                                             static_cast<double>(n - 1)));
+  return v;
+}
+
+// Query MSE over held-out tasks, in chunks so that memory stays small.
+nlohmann::json evaluate(const Learners& learners, long tasks, long samples, std::uint64_t seed) {
+  const Sampler sampler({.support = 5, .query = 100});
+  Generator gen(seed, 3);
+  std::vector<double> maml_mse, mean_mse, sample_mse;
+  for (long done = 0; done < tasks; done += 100) {
+    const auto batch = sampler.sample(std::min(100L, tasks - done), gen);
+    const auto y = batch.query_y.to_vector();
+    const auto maml =
+        learners.maml
+            .predict(learners.maml.adapt_to(batch.support_x, batch.support_y, gen), batch.query_x)
+            .to_vector();
+    const auto sampled =
+        learners.platipus
+            .predict(learners.platipus.sample(batch.support_x, batch.support_y, samples, gen),
+                     batch.query_x)
+            .to_vector();
+    const long n = batch.query_x.dim(1);
+    for (long t = 0; t < batch.tasks(); ++t) {
+      double m = 0, pm = 0, ps = 0;
+      for (long i = 0; i < n; ++i) {
+        const double target = y[static_cast<std::size_t>(t * n + i)];
+        m += std::pow(maml[static_cast<std::size_t>(t * n + i)] - target, 2) /
+             static_cast<double>(n);
+        double mean = 0;
+        for (long s = 0; s < samples; ++s) {
+          const double p = sampled[static_cast<std::size_t>((t * samples + s) * n + i)];
+          mean += p / static_cast<double>(samples);
+          ps += std::pow(p - target, 2) / static_cast<double>(n * samples);
+        }
+        pm += std::pow(mean - target, 2) / static_cast<double>(n);
+      }
+      maml_mse.push_back(m);
+      mean_mse.push_back(pm);
+      sample_mse.push_back(ps);
+    }
+  }
+  return {{"tasks", tasks},
+          {"query_points", 100},
+          {"support_points", 5},
+          {"maml_mse", estimate(maml_mse).json()},
+          {"platipus_mse_of_mean", estimate(mean_mse).json()},
+          {"platipus_mse_per_sample", estimate(sample_mse).json()},
+          {"platipus_samples", samples}};
+}
+
+// One panel of Figure 3: ground truth, support points, MAML's fit and PLATIPUS samples.
+nlohmann::json panel(const Learners& learners, const data::SineLineFunction& f,
+                     const std::vector<float>& xs, const std::vector<float>& ys, long samples,
+                     Generator& gen) {
+  const auto k = static_cast<std::int64_t>(xs.size());
+  const auto sx = Tensor<float>::from_host({1, k, 1}, xs),
+             sy = Tensor<float>::from_host({1, k, 1}, ys);
+  const auto grid = linspace(-5, 5, grid_points);
+  const auto gx = Tensor<float>::from_host({1, grid_points, 1}, grid);
+  std::vector<double> truth;
+  for (float x : grid) truth.push_back(f(x));
+  const auto maml = learners.maml.predict(learners.maml.adapt_to(sx, sy, gen), gx).to_vector();
+  const auto sampled =
+      learners.platipus.predict(learners.platipus.sample(sx, sy, samples, gen), gx).to_vector();
+  std::vector<std::vector<float>> curves;
+  for (long s = 0; s < samples; ++s)
+    curves.emplace_back(sampled.begin() + s * grid_points, sampled.begin() + (s + 1) * grid_points);
+  return {{"kind", f.sinusoid ? "sinusoid" : "line"},
+          {"truth", truth},
+          {"support_x", xs},
+          {"support_y", ys},
+          {"maml", maml},
+          {"platipus", curves}};
+}
+
+nlohmann::json figure3(const Learners& learners, long samples, std::uint64_t seed) {
+  const Sampler sampler;
+  Generator gen(seed, 4);
+  auto draw = [&](bool sinusoid) {
+    for (;;) {
+      const auto f = sampler.draw_function(gen);
+      if (f.sinusoid == sinusoid) return f;
+    }
+  };
+  auto points = [&](const data::SineLineFunction& f, long n) {
+    const auto [x, y] = sampler.points(std::span(&f, 1), n, gen);
+    return std::pair{x.to_vector(), y.to_vector()};
+  };
+  nlohmann::json panels = nlohmann::json::array();
+  for (bool sinusoid : {true, false}) {
+    const auto f = draw(sinusoid);
+    const auto [x, y] = points(f, 5);
+    panels.push_back(panel(learners, f, x, y, samples, gen));
+  }
+  // The bottom row: one task, the first 1, 2, 5 and 10 of the same points.
+  const auto f = draw(true);
+  const auto [x, y] = points(f, 10);
+  for (long k : {1, 2, 5, 10}) {
+    auto p =
+        panel(learners, f, {x.begin(), x.begin() + k}, {y.begin(), y.begin() + k}, samples, gen);
+    p["row"] = "support";
+    panels.push_back(p);
+  }
+  return {{"grid", linspace(-5, 5, grid_points)}, {"panels", panels}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "5-shot sinusoid-or-line regression: MAML vs PLATIPUS (Finn, Xu, Levine 2018, Figure 3)"};
+  RegressionOptions options;
+  options.add_flags(app);
+  std::string out = "out/sine_line", checkpoint;
+  bool quick = false, eval_only = false, no_plot = false;
+  long eval_tasks = 600, samples = 10;
+  app.add_option("--out", out, "output directory (metrics, results, figures, checkpoint)");
+  app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
+  app.add_option(
+      "--checkpoint", checkpoint,
+      "checkpoint file to write (default DIR/checkpoint.bin) or, with --eval-only, to read");
+  app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint and evaluate")
+      ->needs(app.get_option("--checkpoint"));
+  app.add_option("--eval-tasks", eval_tasks, "held-out tasks for the reported MSE")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--samples", samples, "PLATIPUS samples per task")->check(CLI::PositiveNumber);
+  app.add_flag("--no-plot", no_plot, "do not call the plot script");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    if (app.count("--steps") == 0) options.steps = 200;
+    if (app.count("--eval-tasks") == 0) eval_tasks = 100;
+  }
+  try {
+    const fs::path dir(out);
+    const Learners learners = prepare(options, eval_only, checkpoint, dir);
+    const auto results = evaluate(learners, eval_tasks, samples, options.seed);
+    write_json(dir / "results.json", {{"results", results}, {"options", options.json()}});
+    write_json(dir / "figure3.json", figure3(learners, samples, options.seed));
+    fmt::print("query MSE on {} held-out tasks (5 support points, mean +- 95% interval)\n",
+               eval_tasks);
+    fmt::print("  MAML                          {}\n",
+               Estimate{results["maml_mse"]["mean"], results["maml_mse"]["ci95"]}.text());
+    fmt::print(
+        "  PLATIPUS, mean of {} samples  {}\n", samples,
+        Estimate{results["platipus_mse_of_mean"]["mean"], results["platipus_mse_of_mean"]["ci95"]}
+            .text());
+    fmt::print("  PLATIPUS, per sample          {}\n",
+               Estimate{results["platipus_mse_per_sample"]["mean"],
+                        results["platipus_mse_per_sample"]["ci95"]}
+                   .text());
+    fmt::print("wrote {}/results.json, figure3.json, train.jsonl, train.csv\n", out);
+    if (!no_plot) plot("sine_line", dir);
+  } catch (const platipus::error& e) {
+    fmt::print(stderr, "sine_line: {}\n", e.what());
+    return 1;
+  }
+}
