@@ -957,11 +957,11 @@ TEST_CASE("CirclesSampler rejects empty sets and a positive fraction outside [0,
   CHECK_THROWS_AS(Sampler().sample(std::span<const data::Circle>(), gen), error);
 }
 
-// A domain in which no point can be drawn inside (or outside) a circle makes
-// CirclesSampler::inside / outside loop forever, so such settings must be
-// refused when the sampler is made. They are not (see the report).
+// A domain in which no point can be drawn inside (or outside) a circle would
+// make CirclesSampler::inside / outside loop forever, so such settings are
+// refused when the sampler is made.
 TEST_CASE("CirclesSampler rejects settings under which no point can be drawn",
-          "[components][data][circles][errors][!mayfail]") {
+          "[components][data][circles][errors]") {
   using Sampler = data::CirclesSampler<float>;
   CHECK_THROWS_AS(Sampler({.domain = 0}), error);
   CHECK_THROWS_AS(Sampler({.domain = -1}), error);
@@ -1137,12 +1137,11 @@ TEST_CASE("a checkpoint whose header was tampered with fails naming the file",
   CHECK_NOTHROW(io::load(good, maml));
 }
 
-// load_checkpoint (io/checkpoint.hpp) bounds a tensor with
-// `offset + bytes <= file.size() - data_start`, which wraps around for an
-// offset near 2^64: the check passes and memcpy reads from before the data
-// (here, the header's last bytes), so a corrupt file loads garbage silently.
+// A bound written as `offset + bytes <= available` wraps around for an
+// offset near 2^64 and lets memcpy read from before the data: a corrupt file
+// would load garbage silently.
 TEST_CASE("a checkpoint whose tensor offset wraps around fails naming the file",
-          "[components][io][checkpoint][errors][!mayfail]") {
+          "[components][io][checkpoint][errors]") {
   TemporaryDirectory dir;
   const auto path = dir / "good.ckpt";
   Generator init(61);
@@ -1158,9 +1157,9 @@ TEST_CASE("a checkpoint whose tensor offset wraps around fails naming the file",
 }
 
 // A negative dimension in a checkpoint's header reaches Shape's own check,
-// whose message ("Shape: negative dimension -1") does not name the file.
+// whose message alone ("Shape: negative dimension -1") would not name the file.
 TEST_CASE("a checkpoint with a negative dimension fails naming the file",
-          "[components][io][checkpoint][errors][!mayfail]") {
+          "[components][io][checkpoint][errors]") {
   TemporaryDirectory dir;
   const auto path = dir / "good.ckpt";
   Generator init(62);
@@ -1254,11 +1253,10 @@ TEST_CASE("MetricsLog writes each row as a JSON line and as a CSV row over the u
   CHECK_THROWS_WITH(log.record(nlohmann::json::array({1, 2})), Contains("MetricsLog::record"));
 }
 
-// MetricsLog::flush (io/metrics.hpp) writes a string cell as it is, so a
-// value holding a comma or a quote splits into extra cells and shifts every
-// column after it; RFC 4180 asks for such a cell to be quoted.
+// A value holding a comma or a quote, written as it is, would split into
+// extra cells and shift every column after it; RFC 4180 quotes such a cell.
 TEST_CASE("MetricsLog quotes CSV cells that hold a comma or a quote",
-          "[components][io][metrics][!mayfail]") {
+          "[components][io][metrics]") {
   TemporaryDirectory dir;
   io::MetricsLog log(dir.path(), "notes");
   const nlohmann::json row{{"a_note", "omniglot, 5-way \"hard\""}, {"step", 7}};

@@ -16,10 +16,6 @@ using Sampler = data::SinusoidLineSampler<float>;
 
 nn::Sequential small_network() { return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1}); }
 
-double mean_of(const std::vector<float>& v) {
-  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-}
-
 // Mean squared error of predictions [tasks, N, 1] against y.
 double mse(const Tensor<float>& prediction, const Tensor<float>& y) {
   const auto p = prediction.to_vector(), t = y.to_vector();

@@ -35,6 +35,15 @@ class CirclesSampler {
     check(s.query > 0, "CirclesSampler", "the query set is empty (query = {})", s.query);
     check(s.positive_fraction >= 0 && s.positive_fraction <= 1, "CirclesSampler",
           "positive_fraction {} is outside [0, 1]", s.positive_fraction);
+    // Points are drawn by rejection: a centre inside the domain keeps part of
+    // every disc inside it, and a radius below half the diagonal leaves part
+    // of the domain outside every disc, so both loops end.
+    check(s.domain > 0, "CirclesSampler", "the domain [0, {}]^2 is empty", s.domain);
+    check(0 <= s.centre_min && s.centre_min <= s.centre_max && s.centre_max <= s.domain, "CirclesSampler",
+          "centres [{}, {}] must lie within the domain [0, {}]", s.centre_min, s.centre_max, s.domain);
+    check(0 < s.radius_min && s.radius_min <= s.radius_max && s.radius_max < s.domain / std::numbers::sqrt2,
+          "CirclesSampler", "radii [{}, {}] must be positive and below half the domain's diagonal ({})", s.radius_min,
+          s.radius_max, s.domain / std::numbers::sqrt2);
   }
 
   const CirclesSettings& settings() const { return settings_; }

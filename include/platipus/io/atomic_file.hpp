@@ -11,20 +11,39 @@
 #include <string_view>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "platipus/core/error.hpp"
 
 namespace platipus::io {
 
+namespace detail {
+
+inline ::mode_t file_mode(const std::filesystem::path& path) {
+  struct ::stat existing;
+  if (::stat(path.c_str(), &existing) == 0) return existing.st_mode & 07777;
+  const ::mode_t mask = ::umask(0);  // reading the umask means setting it; restore at once
+  ::umask(mask);
+  return 0666 & ~mask;
+}
+
+}  // namespace detail
+
 inline void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
   const auto parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::error_code ec;
   std::filesystem::create_directories(parent, ec);
   check(!ec, "write_file", "cannot create directory {}: {}", parent.string(), ec.message());
-  std::string temporary = (parent / ("." + path.filename().string() + ".XXXXXX")).string();
+  std::string name = ".";
+  name += path.filename().string();
+  name += ".XXXXXX";
+  std::string temporary = (parent / name).string();
   const int fd = ::mkstemp(temporary.data());
   check(fd >= 0, "write_file", "cannot create a temporary file beside {}: {}", path.string(), std::strerror(errno));
+  // mkstemp creates the file 0600; give it the mode a plain open would: the
+  // replaced file's, or 0666 less the process's umask.
+  ::fchmod(fd, detail::file_mode(path));
   std::size_t written = 0;
   while (written < bytes.size()) {
     const ::ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);

@@ -88,15 +88,23 @@ Checkpoint<T, B> load_checkpoint(const std::filesystem::path& path) {
           header.at("dtype").dump(), dtype_name<T>());
     out.layout = header.at("layout");
     out.metadata = header.value("metadata", nlohmann::json::object());
+    const std::size_t available = file.size() - data_start;
     for (const auto& t : header.at("tensors")) {
-      const Shape shape(t.at("shape").get<std::vector<std::int64_t>>());
+      const auto name = t.at("name").get<std::string>();
+      Shape shape;
+      try {
+        shape = Shape(t.at("shape").get<std::vector<std::int64_t>>());
+      } catch (const error& e) {
+        fail("load_checkpoint", "{}: tensor '{}' has a bad shape: {}", where, name, e.what());
+      }
       const std::size_t offset = t.at("offset").get<std::size_t>();
       const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * sizeof(T);
-      check(offset + bytes <= file.size() - data_start, "load_checkpoint", "{}: tensor '{}' runs past the end of the file",
-            where, t.at("name").get<std::string>());
+      // Written so that no sum can wrap around for hostile offsets.
+      check(offset <= available && bytes <= available - offset, "load_checkpoint",
+            "{}: tensor '{}' runs past the end of the file", where, name);
       std::vector<T> values(static_cast<std::size_t>(shape.numel()));
       std::memcpy(values.data(), file.data() + data_start + offset, bytes);
-      out.tensors.emplace(t.at("name").get<std::string>(), Tensor<T, B>::from_host(shape, values));
+      out.tensors.emplace(name, Tensor<T, B>::from_host(shape, values));
     }
   } catch (const nlohmann::json::exception& e) {
     fail("load_checkpoint", "{}: malformed header: {}", where, e.what());

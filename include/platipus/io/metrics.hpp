@@ -29,7 +29,10 @@ class MetricsLog {
 
   void flush() const {
     std::string jsonl, csv;
-    for (std::size_t i = 0; i < columns_.size(); ++i) csv += (i ? "," : "") + columns_[i];
+    for (std::size_t i = 0; i < columns_.size(); ++i) {
+      if (i) csv += ",";
+      csv += cell(columns_[i]);
+    }
     csv += "\n";
     for (const auto& row : rows_) {
       jsonl += row.dump() + "\n";
@@ -37,7 +40,7 @@ class MetricsLog {
         if (i) csv += ",";
         if (row.contains(columns_[i])) {
           const auto& v = row[columns_[i]];
-          csv += v.is_string() ? v.get<std::string>() : v.dump();
+          csv += cell(v.is_string() ? v.get<std::string>() : v.dump());
         }
       }
       csv += "\n";
@@ -49,6 +52,15 @@ class MetricsLog {
   const std::vector<nlohmann::json>& rows() const { return rows_; }
 
  private:
+  // RFC 4180: a cell holding a comma, a quote or a line break is quoted, its
+  // quotes doubled.
+  static std::string cell(const std::string& text) {
+    if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+    std::string quoted = "\"";
+    for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return quoted + "\"";
+  }
+
   std::filesystem::path jsonl_, csv_;
   std::vector<std::string> columns_;
   std::vector<nlohmann::json> rows_;
