@@ -25,7 +25,9 @@ struct RegressionOptions {
   double inner_rate = 1e-3;  // paper: alpha = 0.001 for regression
   double kl_weight = 1.5;    // paper: 1.5 for 1-D regression
   double meta_rate = 1e-3;
-  double prior_variance = 0.01, posterior_variance = 0.01, gamma = 0.01;
+  // Tuned on 3000-step runs (MSE of the mean of 10 samples on 300 held-out
+  // tasks): variances 0.001 -> 2.69, 0.01 -> 3.85 (gamma 0.01 and 0.05).
+  double prior_variance = 0.001, posterior_variance = 0.001, gamma = 0.01;
   int threads = 0;
   std::uint64_t seed = 1;
 

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that platipus's build, tests, examples, plots
+# and CPU peer benchmarks need (Debian 12 or later; Ubuntu 24.04 works too).
+# The CUDA toolkit is not installed here: when /usr/local/cuda (or nvcc on
+# the PATH) is present, CMake builds the CUDA targets as well.
+set -euo pipefail
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+$sudo apt-get update
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends \
+  build-essential cmake \
+  libeigen3-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libbenchmark-dev \
+  python3 python3-matplotlib
