@@ -7,11 +7,11 @@
 #include <array>
 #include <cstdint>
 
-#include "platipus/core/shape.hpp"
+#include "platipus/core/max_rank.hpp"
 
 namespace platipus {
 
-using Strides = std::array<std::int64_t, Shape::max_rank>;
+using Strides = std::array<std::int64_t, max_rank>;
 
 // out[i] = f(a[i . stride_a], b[i . stride_b]) over the multi-index i < dims.
 struct BroadcastLayout {

@@ -11,12 +11,13 @@
 #include <fmt/format.h>
 
 #include "platipus/core/error.hpp"
+#include "platipus/core/max_rank.hpp"
 
 namespace platipus {
 
 class Shape {
  public:
-  static constexpr int max_rank = 6;
+  static constexpr int max_rank = platipus::max_rank;
 
   constexpr Shape() = default;
   Shape(std::initializer_list<std::int64_t> dims) { assign(std::span(dims.begin(), dims.size())); }

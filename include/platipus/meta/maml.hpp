@@ -70,6 +70,7 @@ class Maml {
     for (std::size_t c = 0; c < ranges.size(); ++c) noise.push_back(gen.fork());
     std::vector<MetaStepResult> partial(ranges.size());
     const double tasks = static_cast<double>(batch.tasks());
+    B::synchronize();  // the workers' streams read what this thread's stream wrote
     pool_->run(static_cast<int>(ranges.size()), [&](int c) {
       const auto chunk = slice_tasks(batch, ranges[c]);
       Tape<T, B> tape;

@@ -98,6 +98,7 @@ class Platipus {
     std::vector<MetaStepResult> partial(ranges.size());
     const double tasks = static_cast<double>(batch.tasks());
     const T kl_weight = static_cast<T>(current_kl_weight());
+    B::synchronize();  // the workers' streams read what this thread's stream wrote
     pool_->run(static_cast<int>(ranges.size()), [&](int c) {
       const auto chunk = slice_tasks(batch, ranges[c]);
       Tape<T, B> tape;

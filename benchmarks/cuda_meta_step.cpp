@@ -1,0 +1,81 @@
+// One meta-step of second-order MAML and of PLATIPUS on the CUDA backend:
+// the workloads of meta_step.cpp (and of peers/meta_step.py --device cuda),
+// with the number of host threads that run chunks of the meta-batch, each
+// on its own stream, as the argument. For networks this small a step costs
+// kernel launches, not arithmetic: fewer chunks mean fewer launches, more
+// chunks mean more threads launching at once.
+#include <benchmark/benchmark.h>
+
+#include "platipus/backend/cuda/cuda.hpp"
+#include "platipus/platipus.hpp"
+
+using namespace platipus;
+
+namespace {
+
+constexpr std::int64_t tasks = 25, points = 10;
+
+TaskBatch<float, cuda> sinusoid_batch(Generator& gen) {
+  return data::SinusoidLineSampler<float, cuda>({.support = points, .query = points})
+      .sample(tasks, gen);
+}
+
+nn::Sequential small_network() {
+  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
+}
+nn::Sequential paper_network() {
+  return nn::mlp({.inputs = 1, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
+}
+
+void cuda_maml_sinusoid(benchmark::State& state) {
+  Generator gen(1);
+  Maml<nn::Sequential, MseLoss, float, cuda> maml(small_network(), MseLoss{},
+                                                  {.inner_steps = 5,
+                                                   .inner_learning_rate = 0.01,
+                                                   .first_order = state.range(0) == 1,
+                                                   .threads = static_cast<int>(state.range(1))},
+                                                  gen);
+  const auto batch = sinusoid_batch(gen);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
+    cuda::synchronize();  // the optimiser's kernels belong to this step
+  }
+  state.SetLabel(state.range(0) ? "first order" : "second order");
+}
+BENCHMARK(cuda_maml_sinusoid)
+    ->ArgNames({"first_order", "threads"})
+    ->ArgsProduct({{0, 1}, {1, 4, 16}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+template <nn::Sequential (*Network)()>
+void cuda_platipus_sinusoid(benchmark::State& state) {
+  Generator gen(2);
+  Platipus<nn::Sequential, MseLoss, float, cuda> model(
+      Network(), MseLoss{},
+      {.inner_steps = 5, .inner_learning_rate = 0.01, .threads = static_cast<int>(state.range(0))},
+      gen);
+  const auto batch = sinusoid_batch(gen);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(model.meta_train_step(batch, gen));
+    cuda::synchronize();
+  }
+}
+BENCHMARK(cuda_platipus_sinusoid<small_network>)
+    ->Name("cuda_platipus_sinusoid/1-40-40-1")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(cuda_platipus_sinusoid<paper_network>)
+    ->Name("cuda_platipus_sinusoid/paper_network")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace

@@ -1,0 +1,75 @@
+// platipus::cuda, the CUDA backend: a kernel per elementwise map, reduction,
+// strided copy, index op and random fill, and cuBLAS for GEMM. All work of a
+// host thread goes on that thread's default stream (cudaStreamPerThread), so
+// the threads of a task-parallel meta-step never wait on each other's work;
+// functions that hand data to the host synchronise that stream first.
+//
+// This header only declares, and g++ compiles it without CUDA. The
+// definitions are in the platipus::cuda library: the kernels in
+// backend/cuda/kernels.cuh, instantiated for float and double by nvcc in
+// src/cuda/kernels.cu, and the host side (memory, copies, cuBLAS) in
+// src/cuda/runtime.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "platipus/backend/concept.hpp"
+
+namespace platipus {
+
+struct cuda {
+  static constexpr const char* name = "cuda";
+
+  // ---- memory ----
+  // Device blocks from a per-thread cache: no cudaMalloc per op in steady state.
+  static void* allocate(std::size_t bytes);
+  static void deallocate(void* p, std::size_t bytes);
+  static void copy(void* dst, const void* src, std::size_t bytes);
+  static void copy_to_host(void* dst, const void* src, std::size_t bytes);
+  static void copy_from_host(void* dst, const void* src, std::size_t bytes);
+  // Waits for the work this thread has queued.
+  static void synchronize();
+
+  // ---- elementwise ----
+  template <class T>
+  static void fill(T* y, std::int64_t n, T value);
+  template <class T>
+  static void unary(UnaryOp op, const T* x, T* y, std::int64_t n, T s);
+  template <class T>
+  static void binary(BinaryOp op, const T* a, const T* b, T* y, const BroadcastLayout& l);
+  template <class T>
+  static void axpy(const T* a, const T* b, T* y, std::int64_t n, T s);
+  template <class T>
+  static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n);
+
+  // ---- reductions ----
+  template <class T>
+  static void reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l);
+
+  // ---- layout ----
+  template <class T>
+  static void strided_copy(const T* src, T* dst, const CopyLayout& l);
+
+  // ---- GEMM ----
+  template <class T>
+  static void gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c);
+
+  // ---- indexing ----
+  template <class T>
+  static void gather(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l);
+  template <class T>
+  static void scatter_add(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l);
+
+  // ---- random ----
+  template <class T>
+  static void fill_uniform(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
+                           std::uint64_t block);
+  template <class T>
+  static void fill_normal(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
+                          std::uint64_t block);
+};
+
+static_assert(Backend<cuda>);
+
+}  // namespace platipus

@@ -1,0 +1,308 @@
+// The CUDA backend's kernels and the platipus::cuda members that launch
+// them. nvcc only: src/cuda/kernels.cu instantiates them for float and
+// double. Every kernel is a grid-stride loop on the calling thread's stream
+// (cudaStreamPerThread), and every formula comes from op_codes.hpp's
+// functors or core/philox.hpp, which the CPU backend uses too.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include <cuda_runtime.h>
+
+#include "platipus/backend/cuda/cuda.hpp"
+#include "platipus/backend/cuda/status.hpp"
+#include "platipus/core/philox.hpp"
+
+namespace platipus::cuda_kernels {
+
+constexpr int block_threads = 256;
+constexpr int warp_threads = 32;
+// Several waves on an H100 or H200; larger inputs loop in the kernels.
+constexpr std::int64_t max_blocks = 4096;
+
+// Runs kernel(args...) with at least `threads` threads (up to the cap) on
+// the calling thread's stream.
+template <class... Params, class... Args>
+void launch(const char* name, std::int64_t threads, void (*kernel)(Params...),
+            const Args&... args) {
+  if (threads <= 0) return;
+  const std::int64_t blocks = std::min((threads + block_threads - 1) / block_threads, max_blocks);
+  kernel<<<static_cast<unsigned>(blocks), block_threads, 0, cudaStreamPerThread>>>(args...);
+  detail::check_cuda(cudaGetLastError(), name);
+}
+
+__device__ inline std::int64_t thread_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline std::int64_t thread_count() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+
+struct Offsets {
+  std::int64_t first = 0, second = 0;
+};
+
+// Element i's row-major multi-index over `dims`, dotted with two stride
+// vectors. The outermost index needs no division: it is what remains.
+__device__ inline Offsets offsets(std::int64_t i, int rank, const Strides& dims,
+                                  const Strides& first, const Strides& second) {
+  Offsets o;
+  for (int d = rank - 1; d > 0; --d) {
+    const std::int64_t k = i % dims[d];
+    i /= dims[d];
+    o.first += k * first[d];
+    o.second += k * second[d];
+  }
+  if (rank > 0) {
+    o.first += i * first[0];
+    o.second += i * second[0];
+  }
+  return o;
+}
+
+template <class T>
+__global__ void fill_kernel(T* y, std::int64_t n, T value) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count()) y[i] = value;
+}
+
+template <class T, class F>
+__global__ void unary_kernel(F f, const T* x, T* y, std::int64_t n, T s) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count()) y[i] = f(x[i], s);
+}
+
+template <class T, class F>
+__global__ void binary_kernel(F f, const T* a, const T* b, T* y, BroadcastLayout l,
+                              std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count()) {
+    const Offsets o = offsets(i, l.rank, l.dims, l.stride_a, l.stride_b);
+    y[i] = f(a[o.first], b[o.second]);
+  }
+}
+
+template <class T>
+__global__ void axpy_kernel(const T* a, const T* b, T* y, std::int64_t n, T s) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count()) y[i] = a[i] + s * b[i];
+}
+
+template <class T>
+__global__ void select_kernel(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count())
+    y[i] = mask[i] != T(0) ? a[i] : b[i];
+}
+
+// A reduction split into kept axes (one output element per multi-index)
+// and reduced axes, with their strides in the contiguous input.
+struct ReducePlan {
+  int kept_rank = 0, reduced_rank = 0;
+  Strides kept_dims{}, kept_in{}, kept_out{}, reduced_dims{}, reduced_in{};
+  std::int64_t outputs = 1, length = 1;  // output elements; inputs combined into each
+};
+
+inline ReducePlan plan_reduce(const ReduceLayout& l) {
+  Strides in{};
+  std::int64_t stride = 1;
+  for (int d = l.rank - 1; d >= 0; --d) {
+    in[d] = stride;
+    stride *= l.dims[d];
+  }
+  ReducePlan p;
+  for (int d = 0; d < l.rank; ++d) {
+    if (l.stride_out[d] != 0) {
+      const int k = p.kept_rank++;
+      p.kept_dims[k] = l.dims[d];
+      p.kept_in[k] = in[d];
+      p.kept_out[k] = l.stride_out[d];
+      p.outputs *= l.dims[d];
+    } else {
+      const int k = p.reduced_rank++;
+      p.reduced_dims[k] = l.dims[d];
+      p.reduced_in[k] = in[d];
+      p.length *= l.dims[d];
+    }
+  }
+  return p;
+}
+
+// Combines `value` over the Group threads that share an output (a warp, or
+// a whole block); the result is valid in the group's first thread. The
+// order is fixed, so a reduction gives the same bits on every run.
+template <int Group, class T, class Combine>
+__device__ T group_combine(T value, Combine combine) {
+  for (int offset = warp_threads / 2; offset > 0; offset /= 2)
+    value = combine(__shfl_down_sync(0xffffffffu, value, offset), value);
+  if constexpr (Group > warp_threads) {
+    __shared__ T warp_values[Group / warp_threads];
+    const int warp = static_cast<int>(threadIdx.x) / warp_threads;
+    if (threadIdx.x % warp_threads == 0) warp_values[warp] = value;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int w = 1; w < Group / warp_threads; ++w) value = combine(warp_values[w], value);
+    __syncthreads();  // warp_values is reused by the block's next output
+  }
+  return value;
+}
+
+// out[o] = combine over the inputs of output o, by a group of Group threads
+// per output. `combine(value, acc)` is called in the CPU backend's order.
+template <int Group, class T, class Combine>
+__global__ void reduce_kernel(Combine combine, T identity, const T* x, T* y, ReducePlan p) {
+  constexpr int groups_per_block = block_threads / Group;
+  const int member = static_cast<int>(threadIdx.x) % Group;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
+  for (std::int64_t o =
+           static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / Group;
+       o < p.outputs; o += stride) {
+    const Offsets base = offsets(o, p.kept_rank, p.kept_dims, p.kept_in, p.kept_out);
+    T acc = identity;
+    for (std::int64_t j = member; j < p.length; j += Group)
+      acc = combine(x[base.first +
+                      offsets(j, p.reduced_rank, p.reduced_dims, p.reduced_in, p.reduced_in).first],
+                    acc);
+    acc = group_combine<Group>(acc, combine);
+    if (member == 0) y[base.second] = acc;
+  }
+}
+
+template <class T>
+__global__ void copy_kernel(const T* src, T* dst, CopyLayout l, std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count()) {
+    const Offsets o = offsets(i, l.rank, l.dims, l.stride_src, l.stride_dst);
+    dst[o.second] = src[o.first];
+  }
+}
+
+// The [outer, axis, inner] position in the larger tensor of element i of the
+// [outer, count, inner] one.
+__device__ inline std::int64_t indexed_position(std::int64_t i, const std::int64_t* index,
+                                                const IndexLayout& l) {
+  const std::int64_t inner = i % l.inner, row = i / l.inner;
+  return ((row / l.count) * l.source_axis + index[row % l.count]) * l.inner + inner;
+}
+
+template <class T>
+__global__ void gather_kernel(const T* src, const std::int64_t* index, T* dst, IndexLayout l,
+                              std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count())
+    dst[i] = src[indexed_position(i, index, l)];
+}
+
+// Repeated indices add into one element, hence the atomics.
+template <class T>
+__global__ void scatter_add_kernel(const T* src, const std::int64_t* index, T* dst, IndexLayout l,
+                                   std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count())
+    atomicAdd(dst + indexed_position(i, index, l), src[i]);
+}
+
+// One thread per Philox block: element i reads block first_block + i / per_block,
+// lane i % per_block, exactly as the CPU backend does.
+template <class T, bool Normal>
+__global__ void philox_kernel(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
+                              std::uint64_t first_block) {
+  constexpr int per_block = PhiloxDraw<T>::per_block;
+  const std::int64_t blocks = (n + per_block - 1) / per_block;
+  for (std::int64_t b = thread_index(); b < blocks; b += thread_count()) {
+    const PhiloxBlock bits =
+        philox4x32_10(seed, first_block + static_cast<std::uint64_t>(b), stream);
+    for (int lane = 0; lane < per_block && b * per_block + lane < n; ++lane)
+      y[b * per_block + lane] =
+          Normal ? PhiloxDraw<T>::normal(bits, lane) : PhiloxDraw<T>::uniform(bits, lane);
+  }
+}
+
+}  // namespace platipus::cuda_kernels
+
+namespace platipus {
+
+template <class T>
+void cuda::fill(T* y, std::int64_t n, T value) {
+  cuda_kernels::launch("cuda::fill", n, cuda_kernels::fill_kernel<T>, y, n, value);
+}
+
+template <class T>
+void cuda::unary(UnaryOp op, const T* x, T* y, std::int64_t n, T s) {
+  visit_unary(op, [&](auto f) {
+    cuda_kernels::launch("cuda::unary", n, cuda_kernels::unary_kernel<T, decltype(f)>, f, x, y, n,
+                         s);
+  });
+}
+
+template <class T>
+void cuda::binary(BinaryOp op, const T* a, const T* b, T* y, const BroadcastLayout& l) {
+  const std::int64_t n = l.numel();
+  visit_binary(op, [&](auto f) {
+    cuda_kernels::launch("cuda::binary", n, cuda_kernels::binary_kernel<T, decltype(f)>, f, a, b, y,
+                         l, n);
+  });
+}
+
+template <class T>
+void cuda::axpy(const T* a, const T* b, T* y, std::int64_t n, T s) {
+  cuda_kernels::launch("cuda::axpy", n, cuda_kernels::axpy_kernel<T>, a, b, y, n, s);
+}
+
+template <class T>
+void cuda::select(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {
+  cuda_kernels::launch("cuda::select", n, cuda_kernels::select_kernel<T>, mask, a, b, y, n);
+}
+
+template <class T>
+void cuda::reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l) {
+  using namespace cuda_kernels;
+  const ReducePlan p = plan_reduce(l);
+  // A warp per output element, or a whole block when few outputs each
+  // combine many inputs (a full sum, say).
+  const bool wide = p.length >= 4096 && p.outputs < 1024;
+  const auto run = [&](auto combine, T identity) {
+    using Combine = decltype(combine);
+    if (wide)
+      launch("cuda::reduce", p.outputs * block_threads, reduce_kernel<block_threads, T, Combine>,
+             combine, identity, x, y, p);
+    else
+      launch("cuda::reduce", p.outputs * warp_threads, reduce_kernel<warp_threads, T, Combine>,
+             combine, identity, x, y, p);
+  };
+  if (op == ReduceOp::sum)
+    run(functors::add{}, T(0));
+  else
+    run(functors::max{}, -std::numeric_limits<T>::infinity());
+}
+
+template <class T>
+void cuda::strided_copy(const T* src, T* dst, const CopyLayout& l) {
+  const std::int64_t n = l.numel();
+  cuda_kernels::launch("cuda::strided_copy", n, cuda_kernels::copy_kernel<T>, src, dst, l, n);
+}
+
+template <class T>
+void cuda::gather(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
+  const std::int64_t n = l.outer * l.count * l.inner;
+  cuda_kernels::launch("cuda::gather", n, cuda_kernels::gather_kernel<T>, src, index, dst, l, n);
+}
+
+template <class T>
+void cuda::scatter_add(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
+  const std::int64_t n = l.outer * l.count * l.inner;
+  cuda_kernels::launch("cuda::scatter_add", n, cuda_kernels::scatter_add_kernel<T>, src, index, dst,
+                       l, n);
+}
+
+template <class T>
+void cuda::fill_uniform(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
+                        std::uint64_t block) {
+  const std::int64_t blocks = (n + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block;
+  cuda_kernels::launch("cuda::fill_uniform", blocks, cuda_kernels::philox_kernel<T, false>, y, n,
+                       seed, stream, block);
+}
+
+template <class T>
+void cuda::fill_normal(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
+                       std::uint64_t block) {
+  const std::int64_t blocks = (n + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block;
+  cuda_kernels::launch("cuda::fill_normal", blocks, cuda_kernels::philox_kernel<T, true>, y, n,
+                       seed, stream, block);
+}
+
+}  // namespace platipus

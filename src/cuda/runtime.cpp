@@ -1,0 +1,141 @@
+// The host side of platipus::cuda, compiled by the host compiler: device
+// memory through the block cache, copies and synchronisation on the calling
+// thread's stream, GEMM through cuBLAS, and CUDA and cuBLAS statuses as
+// platipus::error.
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "platipus/backend/block_cache.hpp"
+#include "platipus/backend/cuda/cuda.hpp"
+#include "platipus/backend/cuda/status.hpp"
+#include "platipus/core/error.hpp"
+
+namespace platipus {
+
+namespace detail {
+
+void throw_cuda_error(cudaError_t status, const char* call) {
+  cudaGetLastError();  // reset the thread's error, so that the next check does not report it again
+  fail(call, "{} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) fail(call, "{}", cublasGetStatusString(status));
+}
+
+void* raw_allocate(std::size_t bytes) {
+  void* p = nullptr;
+  if (const cudaError_t status = cudaMalloc(&p, bytes); status != cudaSuccess) {
+    cudaGetLastError();
+    fail("cudaMalloc", "{} (requested {} bytes)", cudaGetErrorString(status), bytes);
+  }
+  return p;
+}
+
+// Only the cache's destructor frees, at thread exit, which cannot throw. At
+// process exit the runtime may already be unloading (cudaErrorCudartUnloading)
+// and has reclaimed the memory itself, so the status is ignored.
+void raw_free(void* p) {
+  cudaFree(p);
+}
+
+using Cache = detail::BlockCache<&raw_allocate, &raw_free>;
+
+// The calling thread's cuBLAS handle, bound to its stream.
+cublasHandle_t blas() {
+  struct Handle {
+    cublasHandle_t handle = nullptr;
+    Handle() {
+      check_cublas(cublasCreate(&handle), "cublasCreate");
+      if (const auto status = cublasSetStream(handle, cudaStreamPerThread);
+          status != CUBLAS_STATUS_SUCCESS) {
+        cublasDestroy(handle);
+        check_cublas(status, "cublasSetStream");
+      }
+    }
+    ~Handle() { cublasDestroy(handle); }  // at thread exit; see raw_free
+  };
+  thread_local Handle h;
+  return h.handle;
+}
+
+int blas_int(std::int64_t value) {
+  check(value <= std::numeric_limits<int>::max(), "cuda::gemm",
+        "extent {} exceeds cuBLAS's int range", value);
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+void* cuda::allocate(std::size_t bytes) {
+  return Cache::local().allocate(bytes);
+}
+void cuda::deallocate(void* p, std::size_t bytes) {
+  Cache::local().deallocate(p, bytes);
+}
+
+void cuda::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  detail::check_cuda(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cudaStreamPerThread),
+      "cudaMemcpyAsync (device to device)");
+}
+
+void cuda::copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  detail::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread),
+                     "cudaMemcpyAsync (device to host)");
+  synchronize();
+}
+
+// Synchronises too: the caller may free or reuse the host buffer on return.
+void cuda::copy_from_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  detail::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread),
+                     "cudaMemcpyAsync (host to device)");
+  synchronize();
+}
+
+void cuda::synchronize() {
+  detail::check_cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+}
+
+// cuBLAS is column-major, and a row-major matrix read column-major is its
+// transpose: the row-major C = op(A) op(B) is the column-major
+// C^T = op(B)^T op(A)^T. So B goes first, each operand keeps its own
+// transpose flag, and each leading dimension is a row-major row length.
+// A batch stride of 0 makes cuBLAS reuse one matrix for every batch.
+template <class T>
+void cuda::gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c) {
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  const auto op = [](bool transpose) {
+    return transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  };
+  const int m = blas_int(g.n), n = blas_int(g.m), k = blas_int(g.k), batch = blas_int(g.batch);
+  const int ld_b = blas_int(std::max<std::int64_t>(1, g.trans_b ? g.k : g.n));
+  const int ld_a = blas_int(std::max<std::int64_t>(1, g.trans_a ? g.m : g.k));
+  if constexpr (std::is_same_v<T, float>) {
+    check_cublas(cublasSgemmStridedBatched(blas(), op(g.trans_b), op(g.trans_a), m, n, k, &g.alpha,
+                                           b, ld_b, g.stride_b, a, ld_a, g.stride_a, &g.beta, c, m,
+                                           g.stride_c, batch),
+                 "cublasSgemmStridedBatched");
+  } else {
+    check_cublas(cublasDgemmStridedBatched(blas(), op(g.trans_b), op(g.trans_a), m, n, k, &g.alpha,
+                                           b, ld_b, g.stride_b, a, ld_a, g.stride_a, &g.beta, c, m,
+                                           g.stride_c, batch),
+                 "cublasDgemmStridedBatched");
+  }
+}
+
+template void cuda::gemm<float>(const GemmLayout<float>&, const float*, const float*, float*);
+template void cuda::gemm<double>(const GemmLayout<double>&, const double*, const double*, double*);
+
+}  // namespace platipus

@@ -1,0 +1,234 @@
+// The CUDA backend's primitives against the CPU backend's: every elementwise
+// op code, broadcast, reduction, copy, index and GEMM case; the Philox fills
+// (bit for bit where the formula is exact); errors; and host threads.
+#include <cmath>
+#include <thread>
+
+#include "parity.hpp"
+
+using namespace platipus;
+using Catch::Contains;
+using parity::check_close;
+using parity::from_doubles;
+using parity::normal;
+using parity::positive;
+using parity::tolerance;
+
+namespace {
+
+template <class T>
+Tensor<T, cuda> on_device(const Tensor<T>& t) {
+  return t.template to<cuda>();
+}
+
+// |a - b| in units in the last place of max(|a|, 1): Box-Muller's error
+// scales with the radius, not with the value, which may be near zero.
+template <class T>
+double ulps_apart(T a, T b) {
+  const T magnitude = std::max(std::abs(a), T(1));
+  const T ulp = std::nextafter(magnitude, std::numeric_limits<T>::infinity()) - magnitude;
+  return std::abs(static_cast<double>(a) - static_cast<double>(b)) / static_cast<double>(ulp);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("every unary op code matches the CPU backend", "[cuda][backend]", float,
+                   double) {
+  using T = TestType;
+  for (int code = 0; code <= static_cast<int>(UnaryOp::greater_scalar); ++code) {
+    const auto op = static_cast<UnaryOp>(code);
+    INFO("unary op code " << code);
+    const bool needs_positive = op == UnaryOp::log || op == UnaryOp::sqrt ||
+                                op == UnaryOp::reciprocal || op == UnaryOp::pow_scalar;
+    const Tensor<T> x = needs_positive ? positive<T>({1000}, 1) : normal<T>({1000}, 2, 0, 3);
+    check_close(raw::map(op, x, T(0.7)), raw::map(op, on_device(x), T(0.7)), tolerance<T>, "unary");
+  }
+}
+
+TEMPLATE_TEST_CASE("elementwise kernels cover inputs larger than one grid", "[cuda][backend]",
+                   float, double) {
+  using T = TestType;
+  const Tensor<T> x = normal<T>({3, 1 << 20}, 3);
+  check_close(raw::map(UnaryOp::tanh, x), raw::map(UnaryOp::tanh, on_device(x)), tolerance<T>,
+              "tanh");
+  check_close(raw::axpy(x, x, T(0.5)), raw::axpy(on_device(x), on_device(x), T(0.5)), tolerance<T>,
+              "axpy");
+  const auto filled = Tensor<T, cuda>::full({3, 1 << 20}, T(1.5)).to_vector();
+  CHECK(std::ranges::all_of(filled, [](T v) { return v == T(1.5); }));
+}
+
+TEMPLATE_TEST_CASE("every binary op code matches the CPU backend under broadcasting",
+                   "[cuda][backend]", float, double) {
+  using T = TestType;
+  const std::vector<std::pair<Shape, Shape>> cases{
+      {{4, 5}, {4, 5}},    {{4, 5}, {5}}, {{4, 1}, {1, 5}},
+      {{3, 1, 5}, {4, 1}}, {{}, {2, 3}},  {{2, 1, 3, 1, 2}, {4, 3, 1, 1}},
+      {{300, 7}, {300, 1}}};
+  for (int code = 0; code <= static_cast<int>(BinaryOp::relu_backward); ++code) {
+    const auto op = static_cast<BinaryOp>(code);
+    for (const auto& [sa, sb] : cases) {
+      INFO("binary op code " << code << ", shapes " << sa.to_string() << " and " << sb.to_string());
+      // Small integers for `equal`, so that some pairs are equal.
+      auto integers = [](const Shape& s, int period) {
+        std::vector<double> v(static_cast<std::size_t>(s.numel()));
+        for (std::size_t i = 0; i < v.size(); ++i)
+          v[i] = static_cast<double>((i / static_cast<std::size_t>(period)) % 3);
+        return from_doubles<T>(s, v);
+      };
+      const Tensor<T> a = op == BinaryOp::equal ? integers(sa, 1) : normal<T>(sa, 4);
+      const Tensor<T> b = op == BinaryOp::equal ? integers(sb, 2)
+                          : op == BinaryOp::div ? positive<T>(sb, 5)
+                                                : normal<T>(sb, 6);
+      check_close(raw::map(op, a, b, "test"), raw::map(op, on_device(a), on_device(b), "test"),
+                  tolerance<T>, "binary");
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("select matches the CPU backend", "[cuda][backend]", float, double) {
+  using T = TestType;
+  const Tensor<T> mask = raw::map(UnaryOp::greater_scalar, normal<T>({500}, 7), T(0));
+  const Tensor<T> a = normal<T>({500}, 8), b = normal<T>({500}, 9);
+  check_close(raw::select(mask, a, b), raw::select(on_device(mask), on_device(a), on_device(b)), 0,
+              "select");
+}
+
+TEMPLATE_TEST_CASE("sum and max reductions match the CPU backend", "[cuda][backend]", float,
+                   double) {
+  using T = TestType;
+  // Kept axes inside, outside and between reduced ones; short and long
+  // reductions (a warp or a block per output); a full reduction.
+  const std::vector<std::pair<Shape, Shape>> cases{
+      {{3, 4, 5}, {3, 1, 5}}, {{3, 4, 5}, {}},     {{3, 4, 5}, {4, 1}},
+      {{6, 1, 4}, {6, 1, 1}}, {{3, 5000}, {3, 1}}, {{5000, 3}, {1, 3}},
+      {{3000, 4}, {3000, 1}}, {{1}, {}},           {{2, 3, 4, 5, 6}, {3, 1, 5, 1}},
+      {{70000}, {}}};
+  for (const auto op : {ReduceOp::sum, ReduceOp::max})
+    for (const auto& [in, out] : cases) {
+      INFO((op == ReduceOp::sum ? "sum" : "max")
+           << " of " << in.to_string() << " to " << out.to_string());
+      const Tensor<T> x = normal<T>(in, 10);
+      check_close(raw::reduce_to(op, x, out), raw::reduce_to(op, on_device(x), out), tolerance<T>,
+                  "reduce");
+    }
+}
+
+TEMPLATE_TEST_CASE("strided copies match the CPU backend", "[cuda][backend]", float, double) {
+  using T = TestType;
+  const Tensor<T> x = normal<T>({3, 4, 5, 6}, 11);
+  const auto dx = on_device(x);
+  check_close(raw::transpose(x, 0, 3), raw::transpose(dx, 0, 3), 0, "transpose");
+  check_close(raw::transpose(x, 1, 2), raw::transpose(dx, 1, 2), 0, "transpose");
+  check_close(raw::slice(x, 2, 1, 3), raw::slice(dx, 2, 1, 3), 0, "slice");
+  check_close(raw::pad(x, 1, 2, 9), raw::pad(dx, 1, 2, 9), 0, "pad");
+  const Tensor<T> row = normal<T>({5, 1}, 12);
+  check_close(raw::expand(row, {2, 5, 7}), raw::expand(on_device(row), {2, 5, 7}), 0, "expand");
+  const Tensor<T> y = normal<T>({3, 2, 5, 6}, 13);
+  const auto dy = on_device(y);
+  const std::array<const Tensor<T>*, 2> host_parts{&x, &y};
+  const std::array<const Tensor<T, cuda>*, 2> device_parts{&dx, &dy};
+  check_close(raw::concat(std::span<const Tensor<T>* const>(host_parts), 1),
+              raw::concat(std::span<const Tensor<T, cuda>* const>(device_parts), 1), 0, "concat");
+}
+
+TEMPLATE_TEST_CASE("gather and scatter-add match the CPU backend, repeated indices included",
+                   "[cuda][backend]", float, double) {
+  using T = TestType;
+  const Tensor<T> x = normal<T>({3, 5, 4}, 14);
+  const std::vector<std::int64_t> picks{4, 0, 4, 4, 2};
+  const auto index = Index<>::from_host({5}, picks);
+  const auto device_index = Index<cuda>::from_host({5}, picks);
+  check_close(raw::gather(x, 1, index), raw::gather(on_device(x), 1, device_index), 0, "gather");
+  const Tensor<T> g = normal<T>({3, 5, 4}, 15);
+  check_close(raw::scatter_add(g, 1, index, 6), raw::scatter_add(on_device(g), 1, device_index, 6),
+              tolerance<T>, "scatter_add");
+  // Many slices into two rows: heavy contention on the atomics.
+  std::vector<std::int64_t> halves(1000);
+  for (std::size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<std::int64_t>(i % 2);
+  const Tensor<T> many = normal<T>({1000, 8}, 16);
+  check_close(raw::scatter_add(many, 0, Index<>::from_host({1000}, halves), 2),
+              raw::scatter_add(on_device(many), 0, Index<cuda>::from_host({1000}, halves), 2),
+              tolerance<T>, "scatter_add into two rows");
+}
+
+TEMPLATE_TEST_CASE("GEMM matches the CPU backend for every transpose, batch stride, alpha and beta",
+                   "[cuda][backend]", float, double) {
+  using T = TestType;
+  const std::int64_t m = 5, n = 7, k = 3, batch = 4;
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true})
+      for (bool shared_a : {false, true})
+        for (bool shared_b : {false, true}) {
+          INFO("trans_a " << trans_a << " trans_b " << trans_b << " shared_a " << shared_a
+                          << " shared_b " << shared_b);
+          const GemmLayout<T> g{.trans_a = trans_a,
+                                .trans_b = trans_b,
+                                .m = m,
+                                .n = n,
+                                .k = k,
+                                .batch = batch,
+                                .stride_a = shared_a ? 0 : m * k,
+                                .stride_b = shared_b ? 0 : k * n,
+                                .stride_c = m * n,
+                                .alpha = T(0.5),
+                                .beta = T(2)};
+          const Tensor<T> a = normal<T>({shared_a ? 1 : batch, m * k}, 17),
+                          b = normal<T>({shared_b ? 1 : batch, k * n}, 18);
+          Tensor<T> c = normal<T>({batch, m * n}, 19);
+          auto dc = on_device(c);
+          const auto da = on_device(a), db = on_device(b);
+          cpu::gemm(g, a.data(), b.data(), c.data());
+          cuda::gemm(g, da.data(), db.data(), dc.data());
+          check_close(c, dc, tolerance<T>, "gemm");
+        }
+}
+
+TEMPLATE_TEST_CASE("Philox fills give the CPU backend's numbers for the same seed",
+                   "[cuda][random]", float, double) {
+  using T = TestType;
+  for (std::int64_t n : {1, 3, 4, 5, 1001, (1 << 20) + 3}) {
+    INFO(n << " values");
+    Generator host(7, 3), device(7, 3);
+    host.reserve<T>(5);  // so that the fills do not start at block 0
+    device.reserve<T>(5);
+    CHECK(raw::uniform<T>({n}, host).to_vector() == raw::uniform<T, cuda>({n}, device).to_vector());
+    const auto expected = raw::normal<T>({n}, host).to_vector(),
+               actual = raw::normal<T, cuda>({n}, device).to_vector();
+    double worst = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i)
+      worst = std::max(worst, ulps_apart(expected[i], actual[i]));
+    INFO("normal draws up to " << worst << " ulps apart");
+    CHECK(worst <= 8);
+  }
+}
+
+TEST_CASE("CUDA failures throw platipus::error naming the call, and the backend goes on working",
+          "[cuda][errors]") {
+  CHECK_THROWS_WITH(cuda::allocate(std::size_t{1} << 50),
+                    Contains("cudaMalloc") && Contains("requested"));
+  CHECK(Tensor<float, cuda>::full({3}, 2.0f).to_vector() == std::vector<float>(3, 2.0f));
+}
+
+TEST_CASE("host threads compute on their own streams without interfering", "[cuda][threads]") {
+  constexpr int threads = 8;
+  std::vector<double> errors(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([t, &errors] {
+      // A long chain of dependent launches; small weights keep it contractive,
+      // so that rounding differences do not grow along it.
+      const Tensor<double> w =
+          normal<double>({64, 64}, 100 + static_cast<std::uint64_t>(t), 0, 0.05);
+      auto chain = [](const auto& v) {
+        auto y = raw::map(UnaryOp::tanh, raw::matmul(v, v));
+        for (int i = 0; i < 20; ++i) y = raw::map(UnaryOp::tanh, raw::matmul(y, v, false, true));
+        return raw::sum_to(y, Shape{64}).to_vector();
+      };
+      const auto expected = chain(w), actual = chain(on_device(w));
+      for (std::size_t i = 0; i < expected.size(); ++i)
+        errors[static_cast<std::size_t>(t)] =
+            std::max(errors[static_cast<std::size_t>(t)], std::abs(expected[i] - actual[i]));
+    });
+  for (auto& p : pool) p.join();
+  for (double e : errors) CHECK(e < 1e-9);
+}

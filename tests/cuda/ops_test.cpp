@@ -1,0 +1,273 @@
+// Every differentiable op and loss gives the same values, first and second
+// derivatives on the CUDA backend as on the CPU backend, in float and double.
+#include "parity.hpp"
+
+using namespace platipus;
+using parity::away_from_zero;
+using parity::backend_of;
+using parity::check_op;
+using parity::list;
+using parity::normal;
+using parity::positive;
+
+TEMPLATE_TEST_CASE("arithmetic ops with broadcasting match the CPU backend", "[cuda][ops]", float,
+                   double) {
+  using T = TestType;
+  SECTION("add") {
+    check_op<T>([](auto x) { return x[0] * x[0] + x[1]; },
+                list(normal<T>({2, 3}, 1), normal<T>({3}, 2)));
+  }
+  SECTION("sub") {
+    check_op<T>([](auto x) { return (x[0] - x[1]) * x[1]; },
+                list(normal<T>({2, 1}, 3), normal<T>({1, 3}, 4)));
+  }
+  SECTION("mul") {
+    check_op<T>([](auto x) { return x[0] * x[1]; },
+                list(normal<T>({2, 3}, 5), normal<T>({2, 1}, 6)));
+  }
+  SECTION("div") {
+    check_op<T>([](auto x) { return x[0] / x[1]; },
+                list(normal<T>({2, 3}, 7), positive<T>({3}, 8)));
+  }
+  SECTION("neg") {
+    check_op<T>([](auto x) { return -(x[0] * x[0]); }, list(normal<T>({3}, 9)));
+  }
+  SECTION("add_scaled") {
+    check_op<T>([](auto x) { return add_scaled(x[0] * x[1], x[1], T(-0.3)); },
+                list(normal<T>({2, 3}, 10), normal<T>({2, 3}, 11)));
+  }
+  SECTION("scale and shift") {
+    check_op<T>([](auto x) { return (2.5 * x[0] - 1.0) * (x[0] / 4.0 + 3.0) * (1.0 - x[0]); },
+                list(normal<T>({4}, 12)));
+  }
+}
+
+TEMPLATE_TEST_CASE("power, exponential and activation ops match the CPU backend", "[cuda][ops]",
+                   float, double) {
+  using T = TestType;
+  SECTION("pow") {
+    check_op<T>([](auto x) { return pow(x[0], T(3.5)); }, list(positive<T>({5}, 13)));
+  }
+  SECTION("square") {
+    check_op<T>([](auto x) { return square(x[0]) * x[0]; }, list(normal<T>({5}, 14)));
+  }
+  SECTION("sqrt") {
+    check_op<T>([](auto x) { return sqrt(x[0]); }, list(positive<T>({5}, 15)));
+  }
+  SECTION("exp") {
+    check_op<T>([](auto x) { return exp(x[0]); }, list(normal<T>({5}, 16)));
+  }
+  SECTION("log") {
+    check_op<T>([](auto x) { return log(x[0]); }, list(positive<T>({5}, 17)));
+  }
+  SECTION("relu") {
+    check_op<T>([](auto x) { return relu(x[0]) * x[0]; }, list(away_from_zero<T>({6}, 18)));
+  }
+  SECTION("relu_backward") {
+    check_op<T>([](auto x) { return relu_backward(x[0] * x[0], x[1]); },
+                list(normal<T>({6}, 19), away_from_zero<T>({6}, 20)));
+  }
+  SECTION("sigmoid") {
+    check_op<T>([](auto x) { return sigmoid(x[0]) * x[0]; }, list(normal<T>({5}, 21, 0, 2)));
+  }
+  SECTION("tanh") {
+    check_op<T>([](auto x) { return tanh(x[0]); }, list(normal<T>({5}, 22)));
+  }
+  SECTION("softplus") {
+    check_op<T>([](auto x) { return softplus(x[0]) * x[0]; }, list(normal<T>({5}, 23, 0, 2)));
+  }
+}
+
+TEMPLATE_TEST_CASE("matmul and linear match the CPU backend batched, broadcast and transposed",
+                   "[cuda][ops]", float, double) {
+  using T = TestType;
+  // A batch times a shared matrix, a shared matrix times a batch, and batch
+  // axes broadcast on both sides, under every pair of transposes.
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const auto product = [ta, tb](auto x) {
+        return tanh(matmul(x[0], x[1], ta, tb));
+      };
+      const Shape a = ta ? Shape{3, 2} : Shape{2, 3}, b = tb ? Shape{4, 3} : Shape{3, 4};
+      const auto with_batch = [](Shape batch, const Shape& matrix) {
+        for (auto d : matrix.dims()) batch.push_back(d);
+        return batch;
+      };
+      const std::array<std::pair<Shape, Shape>, 3> cases{
+          {{with_batch({2}, a), b},
+           {a, with_batch({2}, b)},
+           {with_batch({2, 1}, a), with_batch({3}, b)}}};
+      for (const auto& [sa, sb] : cases) {
+        INFO("trans_a " << ta << ", trans_b " << tb << ": " << sa.to_string() << " times "
+                        << sb.to_string());
+        check_op<T>(product, list(normal<T>(sa, 24), normal<T>(sb, 25)));
+      }
+    }
+  SECTION("linear with a shared weight") {
+    check_op<T>([](auto x) { return tanh(linear(x[0], x[1], x[2])); },
+                list(normal<T>({2, 3, 2}, 30), normal<T>({2, 4}, 31), normal<T>({4}, 32)));
+  }
+  SECTION("linear with per-task weights") {
+    check_op<T>([](auto x) { return tanh(linear(x[0], x[1], x[2])); },
+                list(normal<T>({2, 3, 2}, 33), normal<T>({2, 2, 4}, 34), normal<T>({2, 4}, 35)));
+  }
+  SECTION("linear with shared inputs and per-task weights") {
+    check_op<T>([](auto x) { return tanh(linear(x[0], x[1], x[2])); },
+                list(normal<T>({3, 2}, 36), normal<T>({2, 2, 4}, 37), normal<T>({2, 4}, 38)));
+  }
+  SECTION("products larger than one cuBLAS tile") {
+    check_op<T>([](auto x) { return tanh(matmul(x[0], x[1], false, true)); },
+                list(normal<T>({3, 70, 45}, 39, 0, 0.2), normal<T>({3, 66, 45}, 40, 0, 0.2)));
+  }
+}
+
+TEMPLATE_TEST_CASE("shape and index ops match the CPU backend", "[cuda][ops]", float, double) {
+  using T = TestType;
+  SECTION("transpose") {
+    check_op<T>([](auto x) { return transpose(x[0] * x[0], 0, 2); },
+                list(normal<T>({2, 3, 2}, 41)));
+  }
+  SECTION("reshape") {
+    check_op<T>([](auto x) { return reshape(x[0] * x[0], {3, -1}); }, list(normal<T>({2, 3}, 42)));
+  }
+  SECTION("expand") {
+    check_op<T>([](auto x) { return expand(x[0], {4, 2, 3}) * x[0]; }, list(normal<T>({2, 1}, 43)));
+  }
+  SECTION("sum_to") {
+    check_op<T>(
+        [](auto x) {
+          return square(sum_to(x[0], {3, 1}));
+        },
+        list(normal<T>({2, 3, 4}, 44)));
+  }
+  SECTION("concat") {
+    check_op<T>(
+        [](auto x) {
+          return concat({x[0], x[1] * x[1]}, 1);
+        },
+        list(normal<T>({2, 2}, 45), normal<T>({2, 3}, 46)));
+  }
+  SECTION("split, with a piece left unused") {
+    check_op<T>(
+        [](auto x) {
+          const std::array<std::int64_t, 3> sizes{1, 2, 2};
+          auto parts = split(x[0], 1, sizes);
+          return parts[0] * parts[2];
+        },
+        list(normal<T>({2, 5}, 47)));
+  }
+  SECTION("slice") {
+    check_op<T>([](auto x) { return slice(square(x[0]), 0, 1, 2); }, list(normal<T>({4, 2}, 48)));
+  }
+  SECTION("pad") {
+    check_op<T>([](auto x) { return pad(square(x[0]), 1, 1, 4); }, list(normal<T>({2, 2}, 49)));
+  }
+  SECTION("flatten and unflatten with a task axis") {
+    check_op<T>(
+        [](auto x) {
+          using V = std::decay_t<decltype(x[0])>;
+          const std::array<Shape, 2> shapes{Shape{2, 2}, Shape{3}};
+          const auto pieces = unflatten(x[0] * x[0], shapes);
+          const std::array<V, 2> scaled{pieces[0] * pieces[0], pieces[1]};
+          return flatten(std::span<const V>(scaled), Shape{3}, shapes);
+        },
+        list(normal<T>({3, 7}, 50)));
+  }
+  SECTION("foreach_add_scaled") {
+    check_op<T>(
+        [](auto x) {
+          using V = std::decay_t<decltype(x[0])>;
+          const std::array<V, 2> a{x[0], x[1]}, b{x[0] * x[0], x[1] * x[0]};
+          const auto sums =
+              foreach_add_scaled(std::span<const V>(a), std::span<const V>(b), T(-0.5));
+          return sums[0] * sums[1];
+        },
+        list(normal<T>({2, 3}, 51), normal<T>({2, 3}, 52)));
+  }
+  SECTION("index_select with repeated indices") {
+    check_op<T>(
+        [](auto x) {
+          using B = backend_of<decltype(x)>;
+          return square(index_select(x[0], 0, Index<B>::from_host({4}, {2, 0, 2, 1})));
+        },
+        list(normal<T>({3, 2}, 53)));
+  }
+  SECTION("index_add with repeated indices") {
+    check_op<T>(
+        [](auto x) {
+          using B = backend_of<decltype(x)>;
+          return square(index_add(x[0], 1, Index<B>::from_host({3}, {1, 1, 0}), 2));
+        },
+        list(normal<T>({2, 3}, 54)));
+  }
+}
+
+TEMPLATE_TEST_CASE("reductions, softmax and where match the CPU backend", "[cuda][ops]", float,
+                   double) {
+  using T = TestType;
+  SECTION("sum over all") {
+    check_op<T>([](auto x) { return sum(x[0] * x[0]); }, list(normal<T>({2, 3}, 55)));
+  }
+  SECTION("sum over axes") {
+    check_op<T>([](auto x) { return square(sum(x[0], {0, 2})); }, list(normal<T>({2, 3, 2}, 56)));
+  }
+  SECTION("sum over many elements") {
+    check_op<T>([](auto x) { return sum(x[0] * x[0]); }, list(normal<T>({3, 2000}, 57)));
+  }
+  SECTION("mean keeping dims") {
+    check_op<T>([](auto x) { return x[0] * mean(x[0], {1}, true); }, list(normal<T>({2, 3}, 58)));
+  }
+  SECTION("logsumexp") {
+    check_op<T>([](auto x) { return logsumexp(x[0], 1); }, list(normal<T>({2, 4}, 59, 0, 3)));
+  }
+  SECTION("softmax") {
+    check_op<T>([](auto x) { return softmax(x[0], 0); }, list(normal<T>({3, 2}, 60)));
+  }
+  SECTION("log_softmax") {
+    check_op<T>([](auto x) { return log_softmax(x[0]); }, list(normal<T>({2, 3}, 61)));
+  }
+  SECTION("where") {
+    check_op<T>(
+        [](auto x) {
+          const auto mask = greater(x[0], x[1]);
+          return where(mask, x[0] * x[1], square(x[1]));
+        },
+        list(normal<T>({2, 3}, 62), normal<T>({3}, 63)));
+  }
+}
+
+TEMPLATE_TEST_CASE("losses and the KL term match the CPU backend", "[cuda][ops][loss]", float,
+                   double) {
+  using T = TestType;
+  SECTION("mse per task") {
+    check_op<T>([](auto x) { return mse_loss(x[0] * x[0], x[1], 1); },
+                list(normal<T>({2, 3, 1}, 64), normal<T>({2, 3, 1}, 65)));
+  }
+  SECTION("binary cross-entropy with logits") {
+    Generator gen(66);
+    auto labels = raw::map(UnaryOp::greater_scalar, raw::uniform<T>({5}, gen), T(0.5));
+    check_op<T>([](auto x) { return bce_with_logits_loss(x[0] * x[0], x[1]); },
+                list(normal<T>({5}, 67, 0, 2), std::move(labels)));
+  }
+  SECTION("softmax cross-entropy with integer labels") {
+    check_op<T>(
+        [](auto x) {
+          using B = backend_of<decltype(x)>;
+          return softmax_cross_entropy(x[0] * x[0], Index<B>::from_host({2, 2}, {0, 2, 1, 1}), 1);
+        },
+        list(normal<T>({2, 2, 3}, 68)));
+  }
+  SECTION("softmax cross-entropy with class-index targets") {
+    check_op<T>([](auto x) { return SoftmaxCrossEntropyLoss{}(x[0] * x[0], x[1], 1); },
+                list(normal<T>({2, 2, 3}, 69), parity::from_doubles<T>({2, 2, 1}, {2, 0, 1, 1})));
+  }
+  SECTION("gaussian nll") {
+    check_op<T>([](auto x) { return gaussian_nll_loss(x[0], exp(x[1]), square(x[0]) * 0.5); },
+                list(normal<T>({4}, 70), normal<T>({4}, 71, 0, 0.3)));
+  }
+  SECTION("KL divergence of diagonal Gaussians") {
+    check_op<T>([](auto x) { return kl_diagonal_gaussians(x[0], x[1], x[2], x[3]); },
+                list(normal<T>({2, 3}, 72), normal<T>({3}, 73, 0, 0.3), normal<T>({2, 3}, 74),
+                     normal<T>({3}, 75, 0, 0.3)));
+  }
+}
