@@ -34,7 +34,7 @@ void check_cublas(cublasStatus_t status, const char* call) {
 void* raw_allocate(std::size_t bytes) {
   void* p = nullptr;
   if (const cudaError_t status = cudaMalloc(&p, bytes); status != cudaSuccess) {
-    cudaGetLastError();
+    cudaGetLastError();  // reset, as throw_cuda_error does
     fail("cudaMalloc", "{} (requested {} bytes)", cudaGetErrorString(status), bytes);
   }
   return p;

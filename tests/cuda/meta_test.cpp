@@ -128,5 +128,5 @@ TEST_CASE("steady-state meta-steps allocate no device memory", "[cuda][memory]")
   REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
   for (int step = 0; step < 5; ++step) model.meta_train_step(batch, gen);
   REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
-  CHECK(free_after == free_before);
+  CHECK(free_after >= free_before);
 }
