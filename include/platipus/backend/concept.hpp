@@ -16,9 +16,8 @@ namespace platipus {
 
 template <class B>
 concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y, const float* x,
-                           double* yd, const double* xd, std::int64_t n,
-                           const std::int64_t* index, const BroadcastLayout& bl,
-                           const ReduceLayout& rl, const CopyLayout& cl,
+                           double* yd, const double* xd, std::int64_t n, const std::int64_t* index,
+                           const BroadcastLayout& bl, const ReduceLayout& rl, const CopyLayout& cl,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
                            const IndexLayout& il, std::uint64_t u) {
   // A human-readable device name, for messages.
@@ -27,49 +26,52 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   // Memory: cached allocation (no device allocation per op in steady state),
   // byte copies within the device and across the host boundary.
   { B::allocate(bytes) } -> std::same_as<void*>;
-  { B::deallocate(p, bytes) };
-  { B::copy(p, cp, bytes) };
-  { B::copy_to_host(p, cp, bytes) };
-  { B::copy_from_host(p, cp, bytes) };
-  { B::synchronize() };
+  {B::deallocate(p, bytes)};
+  {B::copy(p, cp, bytes)};
+  {B::copy_to_host(p, cp, bytes)};
+  {B::copy_from_host(p, cp, bytes)};
+  {B::synchronize()};
 
   // Elementwise: y = f(x, s); y = f(a, b) under a broadcast layout;
   // y = mask ? a : b and y = a + s * b (all contiguous, n elements).
-  { B::fill(y, n, 1.0f) };
-  { B::axpy(x, x, y, n, 1.0f) };
-  { B::axpy(xd, xd, yd, n, 1.0) };
-  { B::unary(UnaryOp::exp, x, y, n, 0.0f) };
-  { B::binary(BinaryOp::add, x, x, y, bl) };
-  { B::select(x, x, x, y, n) };
-  { B::fill(yd, n, 1.0) };
-  { B::unary(UnaryOp::exp, xd, yd, n, 0.0) };
-  { B::binary(BinaryOp::add, xd, xd, yd, bl) };
-  { B::select(xd, xd, xd, yd, n) };
+  {B::fill(y, n, 1.0f)};
+  {B::axpy(x, x, y, n, 1.0f)};
+  {B::axpy(xd, xd, yd, n, 1.0)};
+  // One Adam step in place on (parameter, first moment, second moment).
+  {B::adam(y, y, y, x, n, AdamStep<float>{})};
+  {B::adam(yd, yd, yd, xd, n, AdamStep<double>{})};
+  {B::unary(UnaryOp::exp, x, y, n, 0.0f)};
+  {B::binary(BinaryOp::add, x, x, y, bl)};
+  {B::select(x, x, x, y, n)};
+  {B::fill(yd, n, 1.0)};
+  {B::unary(UnaryOp::exp, xd, yd, n, 0.0)};
+  {B::binary(BinaryOp::add, xd, xd, yd, bl)};
+  {B::select(xd, xd, xd, yd, n)};
 
   // Reductions over the axes that a layout maps to one output element.
-  { B::reduce(ReduceOp::sum, x, y, rl) };
-  { B::reduce(ReduceOp::sum, xd, yd, rl) };
+  {B::reduce(ReduceOp::sum, x, y, rl)};
+  {B::reduce(ReduceOp::sum, xd, yd, rl)};
 
   // Strided copy (transpose, slice, concat, pad, expand).
-  { B::strided_copy(x, y, cl) };
-  { B::strided_copy(xd, yd, cl) };
+  {B::strided_copy(x, y, cl)};
+  {B::strided_copy(xd, yd, cl)};
 
   // Strided batched GEMM, row-major, with transposes.
-  { B::gemm(gf, x, x, y) };
-  { B::gemm(gd, xd, xd, yd) };
+  {B::gemm(gf, x, x, y)};
+  {B::gemm(gd, xd, xd, yd)};
 
   // Gather along an axis (dst[o, j, i] = src[o, index[j], i]) and its adjoint
   // (dst[o, index[j], i] += src[o, j, i]).
-  { B::gather(x, index, y, il) };
-  { B::scatter_add(x, index, y, il) };
-  { B::gather(xd, index, yd, il) };
-  { B::scatter_add(xd, index, yd, il) };
+  {B::gather(x, index, y, il)};
+  {B::scatter_add(x, index, y, il)};
+  {B::gather(xd, index, yd, il)};
+  {B::scatter_add(xd, index, yd, il)};
 
   // Philox 4x32-10 fills from (seed, stream, first block); see core/philox.hpp.
-  { B::fill_uniform(y, n, u, u, u) };
-  { B::fill_normal(y, n, u, u, u) };
-  { B::fill_uniform(yd, n, u, u, u) };
-  { B::fill_normal(yd, n, u, u, u) };
+  {B::fill_uniform(y, n, u, u, u)};
+  {B::fill_normal(y, n, u, u, u)};
+  {B::fill_uniform(yd, n, u, u, u)};
+  {B::fill_normal(yd, n, u, u, u)};
 };
 
 }  // namespace platipus

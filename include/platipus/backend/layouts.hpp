@@ -5,8 +5,10 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 
+#include "platipus/core/hd.hpp"
 #include "platipus/core/max_rank.hpp"
 
 namespace platipus {
@@ -51,6 +53,22 @@ struct GemmLayout {
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   T alpha = T(1), beta = T(0);
+};
+
+// One Adam step (Kingma & Ba, 2015), applied in place to a parameter p, its
+// moments m and v and its gradient g; every backend runs this formula:
+//   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,
+//   p -= rate * m / (sqrt(v / correction2) + eps),  rate = lr / (1 - b1^t).
+template <class T>
+struct AdamStep {
+  T beta1 = T(0.9), beta2 = T(0.999), epsilon = T(1e-8);
+  T rate = T(1e-3), correction2 = T(1);  // lr / (1 - b1^t) and 1 - b2^t at step t
+  PLATIPUS_HD void apply(T& p, T& m, T& v, T g) const {
+    using std::sqrt;
+    m = beta1 * m + (T(1) - beta1) * g;
+    v = beta2 * v + (T(1) - beta2) * g * g;
+    p -= rate * m / (sqrt(v / correction2) + epsilon);
+  }
 };
 
 // A tensor viewed as [outer, axis, inner] for gather / scatter-add along axis.

@@ -20,12 +20,15 @@ class Sgd {
   explicit Sgd(SgdSettings s = {}) : settings_(s) {}
 
   void step(std::span<Tensor<T, B>* const> params, std::span<const Tensor<T, B>* const> grads) {
-    check(params.size() == grads.size(), "Sgd::step", "{} parameters but {} gradients", params.size(), grads.size());
+    check(params.size() == grads.size(), "Sgd::step", "{} parameters but {} gradients",
+          params.size(), grads.size());
     for (std::size_t i = 0; i < params.size(); ++i) {
-      check(params[i]->shape() == grads[i]->shape(), "Sgd::step", "parameter {} is {} but its gradient is {}", i,
-            params[i]->shape(), grads[i]->shape());
-      *params[i] = raw::map(BinaryOp::sub, *params[i],
-                            raw::map(UnaryOp::scale, *grads[i], static_cast<T>(settings_.learning_rate)), "Sgd::step");
+      check(params[i]->shape() == grads[i]->shape(), "Sgd::step",
+            "parameter {} is {} but its gradient is {}", i, params[i]->shape(), grads[i]->shape());
+      *params[i] =
+          raw::map(BinaryOp::sub, *params[i],
+                   raw::map(UnaryOp::scale, *grads[i], static_cast<T>(settings_.learning_rate)),
+                   "Sgd::step");
     }
   }
 
@@ -38,43 +41,39 @@ struct AdamSettings {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
 };
 
-// Adam (Kingma & Ba, 2015) with bias correction:
-//   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,
-//   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+// Adam (Kingma & Ba, 2015) with bias correction (backend/layouts.hpp's
+// AdamStep), one fused in-place pass per parameter tensor: parameters keep
+// their buffers from step to step.
 template <class T, class B = cpu>
 class Adam {
  public:
   explicit Adam(AdamSettings s = {}) : settings_(s) {}
 
   void step(std::span<Tensor<T, B>* const> params, std::span<const Tensor<T, B>* const> grads) {
-    check(params.size() == grads.size(), "Adam::step", "{} parameters but {} gradients", params.size(), grads.size());
+    check(params.size() == grads.size(), "Adam::step", "{} parameters but {} gradients",
+          params.size(), grads.size());
     if (first_.empty()) {
       for (auto* p : params) {
         first_.push_back(Tensor<T, B>::zeros(p->shape()));
         second_.push_back(Tensor<T, B>::zeros(p->shape()));
       }
     }
-    check(first_.size() == params.size(), "Adam::step", "called with {} parameters after {}", params.size(), first_.size());
+    check(first_.size() == params.size(), "Adam::step", "called with {} parameters after {}",
+          params.size(), first_.size());
+    for (std::size_t i = 0; i < params.size(); ++i)
+      check(params[i]->shape() == grads[i]->shape() && first_[i].shape() == grads[i]->shape(),
+            "Adam::step", "parameter {} is {} but its gradient is {}", i, params[i]->shape(),
+            grads[i]->shape());
     ++steps_;
     const auto& s = settings_;
-    const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2);
-    const T correction1 = static_cast<T>(1 - std::pow(s.beta1, steps_));
-    const T correction2 = static_cast<T>(1 - std::pow(s.beta2, steps_));
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const Tensor<T, B>& g = *grads[i];
-      check(params[i]->shape() == g.shape() && first_[i].shape() == g.shape(), "Adam::step",
-            "parameter {} is {} but its gradient is {}", i, params[i]->shape(), g.shape());
-      first_[i] = raw::map(BinaryOp::add, raw::map(UnaryOp::scale, first_[i], b1),
-                           raw::map(UnaryOp::scale, g, T(1) - b1), "Adam");
-      second_[i] = raw::map(BinaryOp::add, raw::map(UnaryOp::scale, second_[i], b2),
-                            raw::map(UnaryOp::scale, raw::map(UnaryOp::square, g), T(1) - b2), "Adam");
-      const auto denominator = raw::map(
-          UnaryOp::add_scalar, raw::map(UnaryOp::sqrt, raw::map(UnaryOp::scale, second_[i], T(1) / correction2)),
-          static_cast<T>(s.epsilon));
-      const auto update = raw::map(UnaryOp::scale, raw::map(BinaryOp::div, first_[i], denominator, "Adam"),
-                                   static_cast<T>(s.learning_rate) / correction1);
-      *params[i] = raw::map(BinaryOp::sub, *params[i], update, "Adam");
-    }
+    const AdamStep<T> step{static_cast<T>(s.beta1), static_cast<T>(s.beta2),
+                           static_cast<T>(s.epsilon),
+                           static_cast<T>(s.learning_rate / (1 - std::pow(s.beta1, steps_))),
+                           static_cast<T>(1 - std::pow(s.beta2, steps_))};
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i]->numel())
+        B::adam(params[i]->data(), first_[i].data(), second_[i].data(), grads[i]->data(),
+                params[i]->numel(), step);
   }
 
   int steps() const { return steps_; }

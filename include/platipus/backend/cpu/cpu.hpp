@@ -77,6 +77,11 @@ struct cpu {
   }
 
   template <class T>
+  static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step) {
+    for (std::int64_t i = 0; i < n; ++i) step.apply(p[i], m[i], v[i], g[i]);
+  }
+
+  template <class T>
   static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) y[i] = mask[i] != T(0) ? a[i] : b[i];
   }

@@ -42,6 +42,8 @@ struct cuda {
   static void axpy(const T* a, const T* b, T* y, std::int64_t n, T s);
   template <class T>
   static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n);
+  template <class T>
+  static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step);
 
   // ---- reductions ----
   template <class T>

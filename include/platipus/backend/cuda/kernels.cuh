@@ -87,6 +87,12 @@ __global__ void axpy_kernel(const T* a, const T* b, T* y, std::int64_t n, T s) {
 }
 
 template <class T>
+__global__ void adam_kernel(T* p, T* m, T* v, const T* g, std::int64_t n, AdamStep<T> step) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count())
+    step.apply(p[i], m[i], v[i], g[i]);
+}
+
+template <class T>
 __global__ void select_kernel(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {
   for (std::int64_t i = thread_index(); i < n; i += thread_count())
     y[i] = mask[i] != T(0) ? a[i] : b[i];
@@ -241,6 +247,11 @@ void cuda::binary(BinaryOp op, const T* a, const T* b, T* y, const BroadcastLayo
 template <class T>
 void cuda::axpy(const T* a, const T* b, T* y, std::int64_t n, T s) {
   cuda_kernels::launch("cuda::axpy", n, cuda_kernels::axpy_kernel<T>, a, b, y, n, s);
+}
+
+template <class T>
+void cuda::adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step) {
+  cuda_kernels::launch("cuda::adam", n, cuda_kernels::adam_kernel<T>, p, m, v, g, n, step);
 }
 
 template <class T>
