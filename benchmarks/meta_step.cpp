@@ -15,16 +15,18 @@ data::SinusoidLineSampler<float> sampler() {
   return data::SinusoidLineSampler<float>({.support = points, .query = points});
 }
 
-nn::Sequential small_network() { return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1}); }
+nn::Sequential small_network() {
+  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
+}
 nn::Sequential paper_network() {
   return nn::mlp({.inputs = 1, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
 }
 
 void maml_sinusoid(benchmark::State& state) {
   Generator gen(1);
-  Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{},
-                                     {.inner_steps = 5, .inner_learning_rate = 0.01, .first_order = state.range(0) == 1},
-                                     gen);
+  Maml<nn::Sequential, MseLoss> maml(
+      small_network(), MseLoss{},
+      {.inner_steps = 5, .inner_learning_rate = 0.01, .first_order = state.range(0) == 1}, gen);
   const auto batch = sampler().sample(tasks, gen);
   for (auto _ : state) benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
   state.SetLabel(state.range(0) ? "first order" : "second order");
@@ -34,11 +36,18 @@ BENCHMARK(maml_sinusoid)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseReal
 template <nn::Sequential (*Network)()>
 void platipus_sinusoid(benchmark::State& state) {
   Generator gen(2);
-  Platipus<nn::Sequential, MseLoss> model(Network(), MseLoss{}, {.inner_steps = 5, .inner_learning_rate = 0.01}, gen);
+  Platipus<nn::Sequential, MseLoss> model(Network(), MseLoss{},
+                                          {.inner_steps = 5, .inner_learning_rate = 0.01}, gen);
   const auto batch = sampler().sample(tasks, gen);
   for (auto _ : state) benchmark::DoNotOptimize(model.meta_train_step(batch, gen));
 }
-BENCHMARK(platipus_sinusoid<small_network>)->Name("platipus_sinusoid/1-40-40-1")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(platipus_sinusoid<paper_network>)->Name("platipus_sinusoid/paper_network")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(platipus_sinusoid<small_network>)
+    ->Name("platipus_sinusoid/1-40-40-1")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(platipus_sinusoid<paper_network>)
+    ->Name("platipus_sinusoid/paper_network")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace

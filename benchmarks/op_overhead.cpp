@@ -41,7 +41,8 @@ void raw_ops(benchmark::State& state) {
   const auto b = Tensor<float>::full({4}, 0.5f);
   for (auto _ : state) {
     auto a = Tensor<float>::ones({4});
-    for (int i = 0; i < 32; ++i) a = raw::map(BinaryOp::add, raw::map(BinaryOp::mul, a, b, "mul"), b, "add");
+    for (int i = 0; i < 32; ++i)
+      a = raw::map(BinaryOp::add, raw::map(BinaryOp::mul, a, b, "mul"), b, "add");
     benchmark::DoNotOptimize(a.data());
   }
   state.SetItemsProcessed(state.iterations() * 64);

@@ -6,7 +6,9 @@
 #include <catch2/catch_all.hpp>
 using Catch::Approx;
 namespace Catch {
-inline auto Contains(const std::string& s) { return Matchers::ContainsSubstring(s); }
+inline auto Contains(const std::string& s) {
+  return Matchers::ContainsSubstring(s);
+}
 }  // namespace Catch
 #else
 #include <catch2/catch.hpp>

@@ -1255,8 +1255,7 @@ TEST_CASE("MetricsLog writes each row as a JSON line and as a CSV row over the u
 
 // A value holding a comma or a quote, written as it is, would split into
 // extra cells and shift every column after it; RFC 4180 quotes such a cell.
-TEST_CASE("MetricsLog quotes CSV cells that hold a comma or a quote",
-          "[components][io][metrics]") {
+TEST_CASE("MetricsLog quotes CSV cells that hold a comma or a quote", "[components][io][metrics]") {
   TemporaryDirectory dir;
   io::MetricsLog log(dir.path(), "notes");
   const nlohmann::json row{{"a_note", "omniglot, 5-way \"hard\""}, {"step", 7}};

@@ -2,8 +2,8 @@
 // Hessian-vector products and MAML meta-gradients of an MLP, and tape memory.
 #include "catch.hpp"
 
-#include <fstream>
 #include <unistd.h>
+#include <fstream>
 
 #include "platipus/platipus.hpp"
 
@@ -32,7 +32,8 @@ TEST_CASE("grad accumulates over every path and over several outputs with seeds"
   const std::array<V, 2> seeds{tape.constant(Tensor<double>::ones({2})),
                                tape.constant(Tensor<double>::from_host({2}, {1.0, -1.0}))};
   const std::array<V, 1> inputs{x};
-  const auto g = grad(std::span<const V>(outputs), std::span<const V>(inputs), std::span<const V>(seeds));
+  const auto g =
+      grad(std::span<const V>(outputs), std::span<const V>(inputs), std::span<const V>(seeds));
   CHECK(g[0].to_vector() == std::vector<double>{2.0 + 4.0, 2.0 - 6.0});
 }
 
@@ -75,7 +76,8 @@ TEST_CASE("under a no-grad guard ops record nothing", "[grad]") {
   CHECK(sum(exp(x)).requires_grad());
 }
 
-TEST_CASE("third derivative of sum(tanh(x)^2) matches the closed form and finite differences", "[grad][higher-order]") {
+TEST_CASE("third derivative of sum(tanh(x)^2) matches the closed form and finite differences",
+          "[grad][higher-order]") {
   // f = tanh^2, f' = 2 t (1 - t^2), f'' = 2 (1 - t^2)(1 - 3 t^2), f''' = -8 t (1 - t^2)(2 - 3 t^2)
   const std::vector<double> points{-1.3, -0.4, 0.2, 0.9};
   auto derivatives = [](const std::vector<double>& at) {
@@ -125,7 +127,8 @@ struct Sine {
 
 Sine sine_points(std::uint64_t seed, int n = 10) {
   Generator gen(seed);
-  auto x = raw::map(UnaryOp::add_scalar, raw::map(UnaryOp::scale, raw::uniform<double>({n, 1}, gen), 10.0), -5.0);
+  auto x = raw::map(UnaryOp::add_scalar,
+                    raw::map(UnaryOp::scale, raw::uniform<double>({n, 1}, gen), 10.0), -5.0);
   auto xv = x.to_vector();
   std::vector<double> y(xv.size());
   for (std::size_t i = 0; i < xv.size(); ++i) y[i] = 2.0 * std::sin(xv[i] + 0.5);
@@ -152,7 +155,8 @@ V maml_objective(const V& theta, const Sine& support, const Sine& query, bool se
 
 }  // namespace
 
-TEST_CASE("Hessian-vector product of a ReLU MLP equals a finite difference of gradients", "[grad][higher-order]") {
+TEST_CASE("Hessian-vector product of a ReLU MLP equals a finite difference of gradients",
+          "[grad][higher-order]") {
   const auto theta0 = init_params(1);
   const Sine data = sine_points(2);
   Generator gen(3);
@@ -160,16 +164,20 @@ TEST_CASE("Hessian-vector product of a ReLU MLP equals a finite difference of gr
   auto gradient = [&](const Tensor<double>& at) {
     Tape<double> tape;
     const auto theta = tape.variable(at);
-    return grad(mse_loss(mlp(theta, tape.constant(data.x)), tape.constant(data.y)), theta).to_vector();
+    return grad(mse_loss(mlp(theta, tape.constant(data.x)), tape.constant(data.y)), theta)
+        .to_vector();
   };
   Tape<double> tape;
   const auto theta = tape.variable(theta0);
-  const auto g = grad(mse_loss(mlp(theta, tape.constant(data.x)), tape.constant(data.y)), theta, {.create_graph = true});
+  const auto g = grad(mse_loss(mlp(theta, tape.constant(data.x)), tape.constant(data.y)), theta,
+                      {.create_graph = true});
   const auto hv = grad(sum(g * tape.constant(v)), theta).to_vector();
 
   const double eps = 1e-6;
-  const auto plus = gradient(raw::map(BinaryOp::add, theta0, raw::map(UnaryOp::scale, v, eps), "add"));
-  const auto minus = gradient(raw::map(BinaryOp::sub, theta0, raw::map(UnaryOp::scale, v, eps), "sub"));
+  const auto plus =
+      gradient(raw::map(BinaryOp::add, theta0, raw::map(UnaryOp::scale, v, eps), "add"));
+  const auto minus =
+      gradient(raw::map(BinaryOp::sub, theta0, raw::map(UnaryOp::scale, v, eps), "sub"));
   std::vector<double> diff(hv.size()), fd(hv.size());
   for (std::size_t i = 0; i < hv.size(); ++i) {
     fd[i] = (plus[i] - minus[i]) / (2 * eps);
@@ -179,7 +187,8 @@ TEST_CASE("Hessian-vector product of a ReLU MLP equals a finite difference of gr
   CHECK(norm(diff) / norm(fd) < 1e-6);
 }
 
-TEST_CASE("second-order MAML meta-gradient matches finite differences and differs from first-order", "[grad][maml]") {
+TEST_CASE("second-order MAML meta-gradient matches finite differences and differs from first-order",
+          "[grad][maml]") {
   const auto theta0 = init_params(4);
   const Sine support = sine_points(5), query = sine_points(6);
 
@@ -190,7 +199,9 @@ TEST_CASE("second-order MAML meta-gradient matches finite differences and differ
 
   auto objective = [&](std::vector<double> at) {
     Tape<double> t;
-    return maml_objective(t.variable(Tensor<double>::from_host({mlp_params}, at)), support, query, true).item();
+    return maml_objective(t.variable(Tensor<double>::from_host({mlp_params}, at)), support, query,
+                          true)
+        .item();
   };
   auto values = theta0.to_vector();
   std::vector<double> fd(values.size()), diff(values.size()), fo_diff(values.size());
@@ -206,7 +217,8 @@ TEST_CASE("second-order MAML meta-gradient matches finite differences and differ
     diff[i] = meta_grad[i] - fd[i];
     fo_diff[i] = first_order[i] - fd[i];
   }
-  INFO("|meta - fd| / |fd| = " << norm(diff) / norm(fd) << ", |first-order - fd| / |fd| = " << norm(fo_diff) / norm(fd));
+  INFO("|meta - fd| / |fd| = " << norm(diff) / norm(fd)
+                               << ", |first-order - fd| / |fd| = " << norm(fo_diff) / norm(fd));
   CHECK(norm(diff) / norm(fd) < 1e-6);
   CHECK(norm(fo_diff) / norm(fd) > 1e-3);
 }

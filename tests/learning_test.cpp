@@ -14,7 +14,9 @@ namespace {
 
 using Sampler = data::SinusoidLineSampler<float>;
 
-nn::Sequential small_network() { return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1}); }
+nn::Sequential small_network() {
+  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
+}
 
 // Mean squared error of predictions [tasks, N, 1] against y.
 double mse(const Tensor<float>& prediction, const Tensor<float>& y) {
@@ -26,14 +28,17 @@ double mse(const Tensor<float>& prediction, const Tensor<float>& y) {
 
 }  // namespace
 
-TEST_CASE("second-order MAML learns sinusoids: adaptation beats no adaptation and joint pre-training", "[maml][learning]") {
+TEST_CASE(
+    "second-order MAML learns sinusoids: adaptation beats no adaptation and joint pre-training",
+    "[maml][learning]") {
   const Sampler sampler({.support = 10, .query = 10, .sinusoid_fraction = 1.0});
   const MamlSettings settings{.inner_steps = 5, .inner_learning_rate = 0.01, .threads = 2};
   Generator init(1), data(2);
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, settings, init);
   // Joint pre-training is MAML with no inner steps: the mean loss over tasks at theta.
   Generator init_joint(1);
-  Maml<nn::Sequential, MseLoss> joint(small_network(), MseLoss{}, {.inner_steps = 0, .threads = 2}, init_joint);
+  Maml<nn::Sequential, MseLoss> joint(small_network(), MseLoss{}, {.inner_steps = 0, .threads = 2},
+                                      init_joint);
   for (int step = 0; step < 1500; ++step) {
     const auto batch = sampler.sample(25, data);
     maml.meta_train_step(batch, data);
@@ -47,24 +52,32 @@ TEST_CASE("second-order MAML learns sinusoids: adaptation beats no adaptation an
   Generator held_out(99);
   const auto test = sampler.sample(200, held_out);
   const double before = mse(maml.predict(maml.parameters(), test.query_x), test.query_y);
-  const double after = mse(maml.predict(maml.adapt_to(test.support_x, test.support_y, held_out), test.query_x), test.query_y);
+  const double after =
+      mse(maml.predict(maml.adapt_to(test.support_x, test.support_y, held_out), test.query_x),
+          test.query_y);
   const double joint_after =
-      mse(fine_tuned.predict(fine_tuned.adapt_to(test.support_x, test.support_y, held_out), test.query_x), test.query_y);
-  INFO("query MSE: MAML before adaptation " << before << ", after " << after << "; joint pre-training fine-tuned "
-                                            << joint_after);
+      mse(fine_tuned.predict(fine_tuned.adapt_to(test.support_x, test.support_y, held_out),
+                             test.query_x),
+          test.query_y);
+  INFO("query MSE: MAML before adaptation " << before << ", after " << after
+                                            << "; joint pre-training fine-tuned " << joint_after);
   CHECK(after < 0.5 * before);
   CHECK(after < 0.75 * joint_after);
 }
 
-TEST_CASE("the MAML class's meta-gradient matches finite differences and differs from first order", "[maml][grad]") {
-  const auto model = nn::mlp({.inputs = 1, .hidden = {8, 8}, .outputs = 1, .activation = nn::Activation::tanh});
+TEST_CASE("the MAML class's meta-gradient matches finite differences and differs from first order",
+          "[maml][grad]") {
+  const auto model =
+      nn::mlp({.inputs = 1, .hidden = {8, 8}, .outputs = 1, .activation = nn::Activation::tanh});
   const data::SinusoidLineSampler<double> sampler({.support = 5, .query = 5});
   Generator init(3), gen(4);
   const auto batch = sampler.sample(4, gen);
-  Maml<nn::Sequential, MseLoss, double> second(model, MseLoss{}, {.inner_steps = 3, .inner_learning_rate = 0.05, .threads = 2}, init);
+  Maml<nn::Sequential, MseLoss, double> second(
+      model, MseLoss{}, {.inner_steps = 3, .inner_learning_rate = 0.05, .threads = 2}, init);
   Generator init2(3);
-  Maml<nn::Sequential, MseLoss, double> first(model, MseLoss{},
-                                              {.inner_steps = 3, .inner_learning_rate = 0.05, .first_order = true, .threads = 2}, init2);
+  Maml<nn::Sequential, MseLoss, double> first(
+      model, MseLoss{},
+      {.inner_steps = 3, .inner_learning_rate = 0.05, .first_order = true, .threads = 2}, init2);
   const auto g = second.meta_gradient(batch, gen).to_vector();
   const auto g_first = first.meta_gradient(batch, gen).to_vector();
   const auto theta = second.parameters().to_vector();
@@ -77,7 +90,8 @@ TEST_CASE("the MAML class's meta-gradient matches finite differences and differs
   Generator directions(5);
   double worst = 0, first_order_gap = 0;
   for (int d = 0; d < 5; ++d) {
-    const auto v = raw::normal<double>({static_cast<std::int64_t>(theta.size())}, directions).to_vector();
+    const auto v =
+        raw::normal<double>({static_cast<std::int64_t>(theta.size())}, directions).to_vector();
     const double eps = 1e-6;
     std::vector<double> plus = theta, minus = theta;
     double analytic = 0, analytic_first = 0;
@@ -89,7 +103,8 @@ TEST_CASE("the MAML class's meta-gradient matches finite differences and differs
     }
     const double numeric = (objective(plus) - objective(minus)) / (2 * eps);
     worst = std::max(worst, std::abs(analytic - numeric) / std::abs(numeric));
-    first_order_gap = std::max(first_order_gap, std::abs(analytic_first - numeric) / std::abs(numeric));
+    first_order_gap =
+        std::max(first_order_gap, std::abs(analytic_first - numeric) / std::abs(numeric));
   }
   INFO("worst relative error " << worst << ", first-order gap " << first_order_gap);
   CHECK(worst < 1e-6);
@@ -99,21 +114,26 @@ TEST_CASE("the MAML class's meta-gradient matches finite differences and differs
 TEST_CASE("the diagonal Gaussian KL matches a Monte-Carlo estimate", "[platipus]") {
   Tape<double> tape;
   const auto mq = tape.constant(Tensor<double>::from_host({1, 3}, {0.3, -1.0, 2.0}));
-  const auto lq = tape.constant(Tensor<double>::from_host({3}, {std::log(0.5), std::log(2.0), std::log(0.1)}));
+  const auto lq =
+      tape.constant(Tensor<double>::from_host({3}, {std::log(0.5), std::log(2.0), std::log(0.1)}));
   const auto mp = tape.constant(Tensor<double>::from_host({1, 3}, {0.0, 0.5, 1.5}));
-  const auto lp = tape.constant(Tensor<double>::from_host({3}, {std::log(1.0), std::log(1.5), std::log(0.3)}));
+  const auto lp =
+      tape.constant(Tensor<double>::from_host({3}, {std::log(1.0), std::log(1.5), std::log(0.3)}));
   const double closed = kl_diagonal_gaussians(mq, lq, mp, lp).item();
   // E_q[log q(x) - log p(x)] by sampling x ~ q.
   Generator gen(6);
   const int n = 200000;
   const auto z = raw::normal<double>({n, 3}, gen).to_vector();
-  const double m_q[] = {0.3, -1.0, 2.0}, v_q[] = {0.5, 2.0, 0.1}, m_p[] = {0.0, 0.5, 1.5}, v_p[] = {1.0, 1.5, 0.3};
+  const double m_q[] = {0.3, -1.0, 2.0}, v_q[] = {0.5, 2.0, 0.1}, m_p[] = {0.0, 0.5, 1.5},
+               v_p[] = {1.0, 1.5, 0.3};
   double estimate = 0;
   for (int s = 0; s < n; ++s)
     for (int j = 0; j < 3; ++j) {
       const double x = m_q[j] + std::sqrt(v_q[j]) * z[static_cast<std::size_t>(s * 3 + j)];
-      const double log_q = -0.5 * (std::log(2 * M_PI * v_q[j]) + (x - m_q[j]) * (x - m_q[j]) / v_q[j]);
-      const double log_p = -0.5 * (std::log(2 * M_PI * v_p[j]) + (x - m_p[j]) * (x - m_p[j]) / v_p[j]);
+      const double log_q =
+          -0.5 * (std::log(2 * M_PI * v_q[j]) + (x - m_q[j]) * (x - m_q[j]) / v_q[j]);
+      const double log_p =
+          -0.5 * (std::log(2 * M_PI * v_p[j]) + (x - m_p[j]) * (x - m_p[j]) / v_p[j]);
       estimate += (log_q - log_p) / n;
     }
   CHECK(closed == Approx(estimate).epsilon(0.01));
@@ -125,10 +145,13 @@ namespace {
 using PlatipusModel = Platipus<nn::Sequential, MseLoss>;
 
 // Mean over tasks and inputs of the variance across sampled predictions.
-double spread(const PlatipusModel& model, const TaskBatch<float>& tasks, std::int64_t support, Generator& gen) {
-  const auto xs = raw::slice(tasks.support_x, 1, 0, support), ys = raw::slice(tasks.support_y, 1, 0, support);
+double spread(const PlatipusModel& model, const TaskBatch<float>& tasks, std::int64_t support,
+              Generator& gen) {
+  const auto xs = raw::slice(tasks.support_x, 1, 0, support),
+             ys = raw::slice(tasks.support_y, 1, 0, support);
   const std::int64_t samples = 20;
-  const auto predictions = model.predict(model.sample(xs, ys, samples, gen), tasks.query_x).to_vector();
+  const auto predictions =
+      model.predict(model.sample(xs, ys, samples, gen), tasks.query_x).to_vector();
   const std::int64_t count = tasks.tasks(), points = tasks.query_x.dim(1);
   double total = 0;
   for (std::int64_t t = 0; t < count; ++t)
@@ -146,23 +169,27 @@ double spread(const PlatipusModel& model, const TaskBatch<float>& tasks, std::in
 
 }  // namespace
 
-TEST_CASE("PLATIPUS samples differ, and their spread shrinks as support points are added", "[platipus][learning]") {
+TEST_CASE("PLATIPUS samples differ, and their spread shrinks as support points are added",
+          "[platipus][learning]") {
   const Sampler train({.support = 5, .query = 10});
   Generator init(7), data(8);
-  PlatipusModel model(small_network(), MseLoss{},
-                      {.inner_steps = 5, .inner_learning_rate = 0.01, .kl_weight = 1.5, .threads = 2}, init);
+  PlatipusModel model(
+      small_network(), MseLoss{},
+      {.inner_steps = 5, .inner_learning_rate = 0.01, .kl_weight = 1.5, .threads = 2}, init);
   for (int step = 0; step < 1000; ++step) model.meta_train_step(train.sample(25, data), data);
 
   const Sampler test({.support = 10, .query = 50});
   Generator held_out(9);
   const auto tasks = test.sample(50, held_out);
-  const auto samples = model.sample(raw::slice(tasks.support_x, 0, 0, 1), raw::slice(tasks.support_y, 0, 0, 1), 4, held_out);
+  const auto samples = model.sample(raw::slice(tasks.support_x, 0, 0, 1),
+                                    raw::slice(tasks.support_y, 0, 0, 1), 4, held_out);
   const auto values = samples.to_vector();
   const auto size = static_cast<std::size_t>(model.model().layout().size());
   for (std::size_t a = 0; a < 4; ++a)
     for (std::size_t b = a + 1; b < 4; ++b) {
       double distance = 0;
-      for (std::size_t i = 0; i < size; ++i) distance += std::abs(values[a * size + i] - values[b * size + i]);
+      for (std::size_t i = 0; i < size; ++i)
+        distance += std::abs(values[a * size + i] - values[b * size + i]);
       CHECK(distance > 1e-3);
     }
   const double one = spread(model, tasks, 1, held_out), five = spread(model, tasks, 5, held_out),
@@ -177,11 +204,14 @@ TEST_CASE("meta-learners reject malformed task batches", "[maml][errors]") {
   Generator gen(10);
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, {.threads = 1}, gen);
   auto batch = Sampler({.support = 5, .query = 5}).sample(2, gen);
-  TaskBatch<float> empty{Tensor<float>({2, 0, 1}), Tensor<float>({2, 0, 1}), batch.query_x.clone(), batch.query_y.clone()};
+  TaskBatch<float> empty{Tensor<float>({2, 0, 1}), Tensor<float>({2, 0, 1}), batch.query_x.clone(),
+                         batch.query_y.clone()};
   CHECK_THROWS_WITH(maml.meta_train_step(empty, gen), Catch::Contains("support set is empty"));
-  TaskBatch<float> mismatched{batch.support_x.clone(), Tensor<float>::zeros({2, 4, 1}), batch.query_x.clone(),
-                              batch.query_y.clone()};
-  CHECK_THROWS_WITH(maml.meta_train_step(mismatched, gen), Catch::Contains("[2, 5, 1]") && Catch::Contains("[2, 4, 1]"));
-  CHECK_THROWS_WITH(maml.adapt_to(Tensor<float>({2, 0, 1}), Tensor<float>({2, 0, 1}), gen), Catch::Contains("empty"));
+  TaskBatch<float> mismatched{batch.support_x.clone(), Tensor<float>::zeros({2, 4, 1}),
+                              batch.query_x.clone(), batch.query_y.clone()};
+  CHECK_THROWS_WITH(maml.meta_train_step(mismatched, gen),
+                    Catch::Contains("[2, 5, 1]") && Catch::Contains("[2, 4, 1]"));
+  CHECK_THROWS_WITH(maml.adapt_to(Tensor<float>({2, 0, 1}), Tensor<float>({2, 0, 1}), gen),
+                    Catch::Contains("empty"));
   CHECK_THROWS_AS(Sampler({.support = 0}), error);
 }

@@ -60,30 +60,67 @@ Inputs list(Tensor<double> a, Tensor<double> b, Tensor<double> c) {
 }  // namespace
 
 TEST_CASE("arithmetic ops with broadcasting pass first and second order checks", "[ops]") {
-  SECTION("add") { check_derivatives([](auto x) { return x[0] * x[0] + x[1]; }, list(normal({2, 3}, 1), normal({3}, 2))); }
-  SECTION("sub") { check_derivatives([](auto x) { return (x[0] - x[1]) * x[1]; }, list(normal({2, 1}, 3), normal({1, 3}, 4))); }
-  SECTION("mul") { check_derivatives([](auto x) { return x[0] * x[1]; }, list(normal({2, 3}, 5), normal({2, 1}, 6))); }
-  SECTION("div") { check_derivatives([](auto x) { return x[0] / x[1]; }, list(normal({2, 3}, 7), positive({3}, 8))); }
-  SECTION("neg") { check_derivatives([](auto x) { return -(x[0] * x[0]); }, list(normal({3}, 9))); }
-  SECTION("add_scaled") { check_derivatives([](auto x) { return add_scaled(x[0] * x[1], x[1], -0.3); }, list(normal({2, 3}, 59), normal({2, 3}, 60))); }
+  SECTION("add") {
+    check_derivatives([](auto x) { return x[0] * x[0] + x[1]; },
+                      list(normal({2, 3}, 1), normal({3}, 2)));
+  }
+  SECTION("sub") {
+    check_derivatives([](auto x) { return (x[0] - x[1]) * x[1]; },
+                      list(normal({2, 1}, 3), normal({1, 3}, 4)));
+  }
+  SECTION("mul") {
+    check_derivatives([](auto x) { return x[0] * x[1]; },
+                      list(normal({2, 3}, 5), normal({2, 1}, 6)));
+  }
+  SECTION("div") {
+    check_derivatives([](auto x) { return x[0] / x[1]; },
+                      list(normal({2, 3}, 7), positive({3}, 8)));
+  }
+  SECTION("neg") {
+    check_derivatives([](auto x) { return -(x[0] * x[0]); }, list(normal({3}, 9)));
+  }
+  SECTION("add_scaled") {
+    check_derivatives([](auto x) { return add_scaled(x[0] * x[1], x[1], -0.3); },
+                      list(normal({2, 3}, 59), normal({2, 3}, 60)));
+  }
   SECTION("scale and shift") {
-    check_derivatives([](auto x) { return (2.5 * x[0] - 1.0) * (x[0] / 4.0 + 3.0) * (1.0 - x[0]); }, list(normal({4}, 10)));
+    check_derivatives([](auto x) { return (2.5 * x[0] - 1.0) * (x[0] / 4.0 + 3.0) * (1.0 - x[0]); },
+                      list(normal({4}, 10)));
   }
 }
 
 TEST_CASE("power, exponential and activation ops pass first and second order checks", "[ops]") {
-  SECTION("pow") { check_derivatives([](auto x) { return pow(x[0], 3.5); }, list(positive({5}, 11))); }
-  SECTION("square") { check_derivatives([](auto x) { return square(x[0]) * x[0]; }, list(normal({5}, 12))); }
-  SECTION("sqrt") { check_derivatives([](auto x) { return sqrt(x[0]); }, list(positive({5}, 13))); }
-  SECTION("exp") { check_derivatives([](auto x) { return exp(x[0]); }, list(normal({5}, 14))); }
-  SECTION("log") { check_derivatives([](auto x) { return log(x[0]); }, list(positive({5}, 15))); }
-  SECTION("relu") { check_derivatives([](auto x) { return relu(x[0]) * x[0]; }, list(away_from_zero({6}, 16))); }
-  SECTION("relu_backward") {
-    check_derivatives([](auto x) { return relu_backward(x[0] * x[0], x[1]); }, list(normal({6}, 66), away_from_zero({6}, 67)));
+  SECTION("pow") {
+    check_derivatives([](auto x) { return pow(x[0], 3.5); }, list(positive({5}, 11)));
   }
-  SECTION("sigmoid") { check_derivatives([](auto x) { return sigmoid(x[0]); }, list(normal({5}, 17, 0, 2))); }
-  SECTION("tanh") { check_derivatives([](auto x) { return tanh(x[0]); }, list(normal({5}, 18))); }
-  SECTION("softplus") { check_derivatives([](auto x) { return softplus(x[0]); }, list(normal({5}, 19, 0, 2))); }
+  SECTION("square") {
+    check_derivatives([](auto x) { return square(x[0]) * x[0]; }, list(normal({5}, 12)));
+  }
+  SECTION("sqrt") {
+    check_derivatives([](auto x) { return sqrt(x[0]); }, list(positive({5}, 13)));
+  }
+  SECTION("exp") {
+    check_derivatives([](auto x) { return exp(x[0]); }, list(normal({5}, 14)));
+  }
+  SECTION("log") {
+    check_derivatives([](auto x) { return log(x[0]); }, list(positive({5}, 15)));
+  }
+  SECTION("relu") {
+    check_derivatives([](auto x) { return relu(x[0]) * x[0]; }, list(away_from_zero({6}, 16)));
+  }
+  SECTION("relu_backward") {
+    check_derivatives([](auto x) { return relu_backward(x[0] * x[0], x[1]); },
+                      list(normal({6}, 66), away_from_zero({6}, 67)));
+  }
+  SECTION("sigmoid") {
+    check_derivatives([](auto x) { return sigmoid(x[0]); }, list(normal({5}, 17, 0, 2)));
+  }
+  SECTION("tanh") {
+    check_derivatives([](auto x) { return tanh(x[0]); }, list(normal({5}, 18)));
+  }
+  SECTION("softplus") {
+    check_derivatives([](auto x) { return softplus(x[0]); }, list(normal({5}, 19, 0, 2)));
+  }
 }
 
 TEST_CASE("matmul passes checks batched, broadcast and transposed", "[ops]") {
@@ -108,7 +145,8 @@ TEST_CASE("matmul passes checks batched, broadcast and transposed", "[ops]") {
                       list(normal({3, 2}, 63), normal({2, 2, 4}, 64), normal({2, 4}, 65)));
   }
   SECTION("batch broadcast on both sides") {
-    check_derivatives([](auto x) { return matmul(x[0], x[1]); }, list(normal({2, 1, 2, 3}, 22), normal({3, 3, 2}, 23)));
+    check_derivatives([](auto x) { return matmul(x[0], x[1]); },
+                      list(normal({2, 1, 2, 3}, 22), normal({3, 3, 2}, 23)));
   }
   SECTION("second order through a product of the op with itself") {
     check_derivatives([](auto x) { return matmul(tanh(matmul(x[0], x[1])), x[1], false, true); },
@@ -117,54 +155,117 @@ TEST_CASE("matmul passes checks batched, broadcast and transposed", "[ops]") {
 }
 
 TEST_CASE("shape ops pass first and second order checks", "[ops]") {
-  SECTION("transpose") { check_derivatives([](auto x) { return transpose(x[0] * x[0], 0, 2); }, list(normal({2, 3, 2}, 30))); }
-  SECTION("reshape") { check_derivatives([](auto x) { return reshape(x[0], {3, -1}) * 2.0; }, list(normal({2, 3}, 31))); }
-  SECTION("expand") { check_derivatives([](auto x) { return expand(x[0], {2, 3}) * x[0]; }, list(normal({1, 3}, 32))); }
-  SECTION("sum_to") { check_derivatives([](auto x) { return square(sum_to(x[0], {3})); }, list(normal({2, 3}, 33))); }
-  SECTION("concat") { check_derivatives([](auto x) { return concat({x[0], x[1] * x[1]}, 1); }, list(normal({2, 2}, 34), normal({2, 3}, 35))); }
-  SECTION("split, with a piece left unused") {
-    check_derivatives([](auto x) {
-      const std::array<std::int64_t, 3> sizes{1, 2, 2};
-      auto parts = split(x[0], 1, sizes);
-      return parts[0] * parts[2];
-    }, list(normal({2, 5}, 36)));
+  SECTION("transpose") {
+    check_derivatives([](auto x) { return transpose(x[0] * x[0], 0, 2); },
+                      list(normal({2, 3, 2}, 30)));
   }
-  SECTION("slice") { check_derivatives([](auto x) { return slice(square(x[0]), 0, 1, 2); }, list(normal({4, 2}, 37))); }
-  SECTION("pad") { check_derivatives([](auto x) { return pad(square(x[0]), 1, 1, 4); }, list(normal({2, 2}, 38))); }
+  SECTION("reshape") {
+    check_derivatives(
+        [](auto x) {
+          return reshape(x[0], {3, -1}) * 2.0;
+        },
+        list(normal({2, 3}, 31)));
+  }
+  SECTION("expand") {
+    check_derivatives([](auto x) { return expand(x[0], {2, 3}) * x[0]; }, list(normal({1, 3}, 32)));
+  }
+  SECTION("sum_to") {
+    check_derivatives([](auto x) { return square(sum_to(x[0], {3})); }, list(normal({2, 3}, 33)));
+  }
+  SECTION("concat") {
+    check_derivatives(
+        [](auto x) {
+          return concat({x[0], x[1] * x[1]}, 1);
+        },
+        list(normal({2, 2}, 34), normal({2, 3}, 35)));
+  }
+  SECTION("split, with a piece left unused") {
+    check_derivatives(
+        [](auto x) {
+          const std::array<std::int64_t, 3> sizes{1, 2, 2};
+          auto parts = split(x[0], 1, sizes);
+          return parts[0] * parts[2];
+        },
+        list(normal({2, 5}, 36)));
+  }
+  SECTION("slice") {
+    check_derivatives([](auto x) { return slice(square(x[0]), 0, 1, 2); },
+                      list(normal({4, 2}, 37)));
+  }
+  SECTION("pad") {
+    check_derivatives([](auto x) { return pad(square(x[0]), 1, 1, 4); }, list(normal({2, 2}, 38)));
+  }
   SECTION("index_select with repeated indices") {
-    check_derivatives([](auto x) { return square(index_select(x[0], 0, Index<>::from_host({4}, {2, 0, 2, 1}))); }, list(normal({3, 2}, 39)));
+    check_derivatives(
+        [](auto x) {
+          return square(index_select(x[0], 0, Index<>::from_host({4}, {2, 0, 2, 1})));
+        },
+        list(normal({3, 2}, 39)));
   }
   SECTION("index_add") {
-    check_derivatives([](auto x) { return square(index_add(x[0], 1, Index<>::from_host({3}, {1, 1, 0}), 2)); }, list(normal({2, 3}, 40)));
+    check_derivatives(
+        [](auto x) {
+          return square(index_add(x[0], 1, Index<>::from_host({3}, {1, 1, 0}), 2));
+        },
+        list(normal({2, 3}, 40)));
   }
 }
 
 TEST_CASE("reductions and softmax pass first and second order checks", "[ops]") {
-  SECTION("sum over all") { check_derivatives([](auto x) { return sum(x[0] * x[0]); }, list(normal({2, 3}, 41))); }
-  SECTION("sum over axes") { check_derivatives([](auto x) { return square(sum(x[0], {0, 2})); }, list(normal({2, 3, 2}, 42))); }
-  SECTION("mean keeping dims") { check_derivatives([](auto x) { return x[0] * mean(x[0], {1}, true); }, list(normal({2, 3}, 43))); }
-  SECTION("logsumexp") { check_derivatives([](auto x) { return logsumexp(x[0], 1); }, list(normal({2, 4}, 44, 0, 3))); }
-  SECTION("softmax") { check_derivatives([](auto x) { return softmax(x[0], 0); }, list(normal({3, 2}, 45))); }
-  SECTION("log_softmax") { check_derivatives([](auto x) { return log_softmax(x[0]); }, list(normal({2, 3}, 46))); }
+  SECTION("sum over all") {
+    check_derivatives([](auto x) { return sum(x[0] * x[0]); }, list(normal({2, 3}, 41)));
+  }
+  SECTION("sum over axes") {
+    check_derivatives(
+        [](auto x) {
+          return square(sum(x[0], {0, 2}));
+        },
+        list(normal({2, 3, 2}, 42)));
+  }
+  SECTION("mean keeping dims") {
+    check_derivatives([](auto x) { return x[0] * mean(x[0], {1}, true); },
+                      list(normal({2, 3}, 43)));
+  }
+  SECTION("logsumexp") {
+    check_derivatives([](auto x) { return logsumexp(x[0], 1); }, list(normal({2, 4}, 44, 0, 3)));
+  }
+  SECTION("softmax") {
+    check_derivatives([](auto x) { return softmax(x[0], 0); }, list(normal({3, 2}, 45)));
+  }
+  SECTION("log_softmax") {
+    check_derivatives([](auto x) { return log_softmax(x[0]); }, list(normal({2, 3}, 46)));
+  }
   SECTION("where") {
-    check_derivatives([](auto x) {
-      const auto mask = greater(x[0], x[1]);
-      return where(mask, x[0] * x[1], square(x[1]));
-    }, list(normal({2, 3}, 47), normal({3}, 48)));
+    check_derivatives(
+        [](auto x) {
+          const auto mask = greater(x[0], x[1]);
+          return where(mask, x[0] * x[1], square(x[1]));
+        },
+        list(normal({2, 3}, 47), normal({3}, 48)));
   }
 }
 
 TEST_CASE("losses pass first and second order checks", "[ops][loss]") {
-  SECTION("mse") { check_derivatives([](auto x) { return mse_loss(x[0], x[1]); }, list(normal({4, 1}, 50), normal({4, 1}, 51))); }
-  SECTION("mse per task") { check_derivatives([](auto x) { return mse_loss(x[0], x[1], 1); }, list(normal({2, 3, 1}, 52), normal({2, 3, 1}, 53))); }
+  SECTION("mse") {
+    check_derivatives([](auto x) { return mse_loss(x[0], x[1]); },
+                      list(normal({4, 1}, 50), normal({4, 1}, 51)));
+  }
+  SECTION("mse per task") {
+    check_derivatives([](auto x) { return mse_loss(x[0], x[1], 1); },
+                      list(normal({2, 3, 1}, 52), normal({2, 3, 1}, 53)));
+  }
   SECTION("binary cross-entropy with logits") {
     Generator gen(54);
     auto labels = raw::map(UnaryOp::greater_scalar, raw::uniform<double>({5}, gen), 0.5);
-    check_derivatives([](auto x) { return bce_with_logits_loss(x[0], x[1]); }, list(normal({5}, 55, 0, 2), std::move(labels)));
+    check_derivatives([](auto x) { return bce_with_logits_loss(x[0], x[1]); },
+                      list(normal({5}, 55, 0, 2), std::move(labels)));
   }
   SECTION("softmax cross-entropy with integer labels") {
-    check_derivatives([](auto x) { return softmax_cross_entropy(x[0], Index<>::from_host({2, 2}, {0, 2, 1, 1}), 1); },
-                      list(normal({2, 2, 3}, 56)));
+    check_derivatives(
+        [](auto x) {
+          return softmax_cross_entropy(x[0], Index<>::from_host({2, 2}, {0, 2, 1, 1}), 1);
+        },
+        list(normal({2, 2, 3}, 56)));
   }
   SECTION("gaussian nll") {
     check_derivatives([](auto x) { return gaussian_nll_loss(x[0], exp(x[1]), square(x[0]) * 0.5); },
@@ -183,7 +284,8 @@ TEST_CASE("losses have the values of their definitions", "[loss]") {
   const double lse = std::log(1 + std::exp(1.0) + std::exp(2.0));
   CHECK(softmax_cross_entropy(logits, Index<>::from_host({1}, {1})).item() == Approx(lse - 1.0));
   const auto var = tape.constant(Tensor<double>::from_host({2}, {0.5, 2.0}));
-  const double nll0 = 0.5 * (std::log(2 * M_PI * 0.5) + 1.0 / 0.5), nll1 = 0.5 * (std::log(2 * M_PI * 2.0) + 4.0 / 2.0);
+  const double nll0 = 0.5 * (std::log(2 * M_PI * 0.5) + 1.0 / 0.5),
+               nll1 = 0.5 * (std::log(2 * M_PI * 2.0) + 4.0 / 2.0);
   CHECK(gaussian_nll_loss(p, var, y).item() == Approx((nll0 + nll1) / 2));
 }
 
@@ -199,7 +301,8 @@ TEST_CASE("ops name themselves and the shapes when given bad input", "[ops][erro
   const std::array<std::int64_t, 2> sizes{1, 1};
   CHECK_THROWS_WITH(split(a, 1, sizes), Contains("split") && Contains("[2, 3]"));
   CHECK_THROWS_WITH(sum(a, {2}), Contains("sum") && Contains("axis 2"));
-  CHECK_THROWS_WITH(mse_loss(a, b), Contains("mse_loss") && Contains("[2, 3]") && Contains("[4, 3]"));
+  CHECK_THROWS_WITH(mse_loss(a, b),
+                    Contains("mse_loss") && Contains("[2, 3]") && Contains("[4, 3]"));
   CHECK_THROWS_WITH(softmax_cross_entropy(a, Index<>::from_host({2}, {0, 3})), Contains("label 3"));
   Tape<double> other;
   CHECK_THROWS_WITH(a + other.variable(Tensor<double>::zeros({2, 3})), Contains("different tapes"));
@@ -207,7 +310,8 @@ TEST_CASE("ops name themselves and the shapes when given bad input", "[ops][erro
 
 TEST_CASE("with the NaN check on, a NaN loss throws naming the loss and shapes", "[loss][errors]") {
   Tape<double> tape;
-  const auto p = log(tape.variable(Tensor<double>::from_host({2, 1}, {-1.0, 1.0})));  // log(-1) = NaN
+  const auto p =
+      log(tape.variable(Tensor<double>::from_host({2, 1}, {-1.0, 1.0})));  // log(-1) = NaN
   const auto y = tape.constant(Tensor<double>::zeros({2, 1}));
   CHECK_NOTHROW(mse_loss(p, y));
   NanCheckGuard nan_check;

@@ -49,9 +49,12 @@ TEST_CASE("binary maps broadcast rows, columns and scalars", "[tensor]") {
   const T a = iota({2, 3});          // 0 1 2 / 3 4 5
   const T row = iota({3}, 10, 10);   // 10 20 30
   const T col = iota({2, 1}, 1, 1);  // 1 / 2
-  CHECK(raw::map(BinaryOp::add, a, row, "add").to_vector() == std::vector<double>{10, 21, 32, 13, 24, 35});
-  CHECK(raw::map(BinaryOp::mul, a, col, "mul").to_vector() == std::vector<double>{0, 1, 2, 6, 8, 10});
-  CHECK(raw::map(BinaryOp::sub, T::scalar(1), a, "sub").to_vector() == std::vector<double>{1, 0, -1, -2, -3, -4});
+  CHECK(raw::map(BinaryOp::add, a, row, "add").to_vector() ==
+        std::vector<double>{10, 21, 32, 13, 24, 35});
+  CHECK(raw::map(BinaryOp::mul, a, col, "mul").to_vector() ==
+        std::vector<double>{0, 1, 2, 6, 8, 10});
+  CHECK(raw::map(BinaryOp::sub, T::scalar(1), a, "sub").to_vector() ==
+        std::vector<double>{1, 0, -1, -2, -3, -4});
   const T outer = raw::map(BinaryOp::mul, col, iota({1, 3}, 1), "mul");
   CHECK(outer.shape() == Shape{2, 3});
   CHECK(outer.to_vector() == std::vector<double>{1, 2, 3, 2, 4, 6});
@@ -73,7 +76,9 @@ TEST_CASE("unary maps follow their formulas, stably", "[tensor]") {
 
 TEST_CASE("sum_to reduces any set of broadcast axes", "[tensor]") {
   const T x = iota({2, 3, 4});
-  auto total = [&](const Shape& s) { return raw::sum_to(x, s).to_vector(); };
+  auto total = [&](const Shape& s) {
+    return raw::sum_to(x, s).to_vector();
+  };
   CHECK(total({}) == std::vector<double>{276});
   CHECK(total({4}) == std::vector<double>{60, 66, 72, 78});
   CHECK(total({3, 1}) == std::vector<double>{60, 92, 124});
@@ -99,11 +104,14 @@ TEST_CASE("batched matmul matches a naive product with transposes and broadcasti
             for (int j = 0; j < 3; ++j) {
               double expected = 0;
               for (int k = 0; k < 4; ++k) {
-                const double aik = ta ? av[static_cast<std::size_t>(p * 8 + k * 2 + i)] : av[static_cast<std::size_t>(p * 8 + i * 4 + k)];
-                const double bkj = tb ? bv[static_cast<std::size_t>(q * 12 + j * 4 + k)] : bv[static_cast<std::size_t>(q * 12 + k * 3 + j)];
+                const double aik = ta ? av[static_cast<std::size_t>(p * 8 + k * 2 + i)]
+                                      : av[static_cast<std::size_t>(p * 8 + i * 4 + k)];
+                const double bkj = tb ? bv[static_cast<std::size_t>(q * 12 + j * 4 + k)]
+                                      : bv[static_cast<std::size_t>(q * 12 + k * 3 + j)];
                 expected += aik * bkj;
               }
-              CHECK(cv[static_cast<std::size_t>(((p * 5 + q) * 2 + i) * 3 + j)] == Approx(expected));
+              CHECK(cv[static_cast<std::size_t>(((p * 5 + q) * 2 + i) * 3 + j)] ==
+                    Approx(expected));
             }
     }
   CHECK_THROWS_WITH(raw::matmul(T::zeros({2, 3}), T::zeros({4, 5})),
@@ -123,10 +131,12 @@ TEST_CASE("layout kernels: transpose, slice, pad, concat, expand", "[tensor]") {
   const T x = iota({2, 3});
   CHECK(raw::transpose(x, 0, 1).to_vector() == std::vector<double>{0, 3, 1, 4, 2, 5});
   CHECK(raw::slice(x, 1, 1, 2).to_vector() == std::vector<double>{1, 2, 4, 5});
-  CHECK(raw::pad(raw::slice(x, 1, 1, 2), 1, 1, 3).to_vector() == std::vector<double>{0, 1, 2, 0, 4, 5});
+  CHECK(raw::pad(raw::slice(x, 1, 1, 2), 1, 1, 3).to_vector() ==
+        std::vector<double>{0, 1, 2, 0, 4, 5});
   const T y = iota({2, 1}, 9);
   const std::vector<const T*> parts{&x, &y};
-  CHECK(raw::concat<double, cpu>(parts, 1).to_vector() == std::vector<double>{0, 1, 2, 9, 3, 4, 5, 10});
+  CHECK(raw::concat<double, cpu>(parts, 1).to_vector() ==
+        std::vector<double>{0, 1, 2, 9, 3, 4, 5, 10});
   CHECK(raw::expand(y, {2, 3}).to_vector() == std::vector<double>{9, 9, 9, 10, 10, 10});
   CHECK_THROWS_WITH(raw::slice(x, 1, 2, 2), Contains("slice") && Contains("[2, 3]"));
   const std::vector<const T*> twice{&x, &x};
@@ -137,8 +147,10 @@ TEST_CASE("gather and scatter_add are adjoint", "[tensor]") {
   const T x = iota({3, 2});
   const Index<> idx = Index<>::from_host({3}, {2, 0, 2});
   CHECK(raw::gather(x, 0, idx).to_vector() == std::vector<double>{4, 5, 0, 1, 4, 5});
-  CHECK(raw::scatter_add(T::ones({3, 2}), 0, idx, 3).to_vector() == std::vector<double>{1, 1, 0, 0, 2, 2});
-  CHECK_THROWS_WITH(raw::gather(x, 0, Index<>::from_host({1}, {3})), Contains("index_select") && Contains("3"));
+  CHECK(raw::scatter_add(T::ones({3, 2}), 0, idx, 3).to_vector() ==
+        std::vector<double>{1, 1, 0, 0, 2, 2});
+  CHECK_THROWS_WITH(raw::gather(x, 0, Index<>::from_host({1}, {3})),
+                    Contains("index_select") && Contains("3"));
 }
 
 TEST_CASE("Philox 4x32-10 reproduces the Random123 known-answer vectors", "[random]") {
@@ -176,7 +188,8 @@ TEST_CASE("random fills are reproducible, advance, and have the right moments", 
   CHECK(zv == Approx(1.0).margin(0.04));
 }
 
-TEST_CASE("a fill reads blocks by element index, so a prefix of a fill is a shorter fill", "[random]") {
+TEST_CASE("a fill reads blocks by element index, so a prefix of a fill is a shorter fill",
+          "[random]") {
   Generator g1(9), g2(9);
   const auto long_fill = raw::normal<float>({10}, g1).to_vector();
   const auto short_fill = raw::normal<float>({6}, g2).to_vector();

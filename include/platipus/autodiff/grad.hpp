@@ -37,8 +37,8 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     if (grad_outputs.empty()) {
       check(outputs[k].numel() == 1, "grad",
-            "output {} has shape {}; a non-scalar output needs grad_outputs (a seed of its shape)", k,
-            outputs[k].shape());
+            "output {} has shape {}; a non-scalar output needs grad_outputs (a seed of its shape)",
+            k, outputs[k].shape());
     } else {
       check(grad_outputs[k].defined() && grad_outputs[k].shape() == outputs[k].shape(), "grad",
             "grad_outputs[{}] must have the shape of output {} ({})", k, k, outputs[k].shape());
@@ -46,10 +46,11 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
   }
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     check(inputs[i].defined(), "grad", "input {} is an undefined Var", i);
-    check(&inputs[i].tape() == &tape, "grad", "input {} (shape {}) is on a different tape than the outputs", i,
-          inputs[i].shape());
+    check(&inputs[i].tape() == &tape, "grad",
+          "input {} (shape {}) is on a different tape than the outputs", i, inputs[i].shape());
     check(inputs[i].requires_grad() || options.allow_unused, "grad",
-          "input {} (shape {}) is not on the tape as a variable (it is a constant); pass allow_unused "
+          "input {} (shape {}) is not on the tape as a variable (it is a constant); pass "
+          "allow_unused "
           "to get zeros",
           i, inputs[i].shape());
   }
@@ -63,22 +64,31 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
   std::vector<Var<T, B>> result(inputs.size());
   if (lo <= hi) {
     const std::size_t span = hi - lo + 1;
-    auto slot = [lo](const Value* v) { return static_cast<std::size_t>(v->id - lo); };
-    auto in_range = [lo, hi](const Value* v) { return v->id >= lo && v->id <= hi; };
+    auto slot = [lo](const Value* v) {
+      return static_cast<std::size_t>(v->id - lo);
+    };
+    auto in_range = [lo, hi](const Value* v) {
+      return v->id >= lo && v->id <= hi;
+    };
     std::vector<char> reaches(span, 0);
     for (const auto& x : inputs)
       if (x.requires_grad()) reaches[slot(x.record())] = 1;
 
     const auto nodes = tape.node_list();
-    auto first_output_id = [](const detail::Node<T, B>* n) { return n->outputs[0]->id; };
-    const auto begin = std::ranges::partition_point(nodes, [&](auto* n) { return first_output_id(n) <= lo; });
-    const auto end = std::ranges::partition_point(nodes, [&](auto* n) { return first_output_id(n) <= hi; });
+    auto first_output_id = [](const detail::Node<T, B>* n) {
+      return n->outputs[0]->id;
+    };
+    const auto begin =
+        std::ranges::partition_point(nodes, [&](auto* n) { return first_output_id(n) <= lo; });
+    const auto end =
+        std::ranges::partition_point(nodes, [&](auto* n) { return first_output_id(n) <= hi; });
     const auto first = static_cast<std::size_t>(begin - nodes.begin());
     const auto last = static_cast<std::size_t>(end - nodes.begin());
 
     for (std::size_t n = first; n < last; ++n) {
       const auto* node = nodes[n];
-      const bool any = std::ranges::any_of(node->inputs, [&](const Value* v) { return in_range(v) && reaches[slot(v)]; });
+      const bool any = std::ranges::any_of(
+          node->inputs, [&](const Value* v) { return in_range(v) && reaches[slot(v)]; });
       if (any)
         for (const Value* v : node->outputs) reaches[slot(v)] = 1;
     }
@@ -92,7 +102,8 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     for (std::size_t k = 0; k < outputs.size(); ++k) {
       const Value* y = outputs[k].record();
       if (!in_range(y) || !reaches[slot(y)]) continue;
-      accumulate(y, grad_outputs.empty() ? tape.constant(Tensor<T, B>::ones(y->data.shape())) : grad_outputs[k]);
+      accumulate(y, grad_outputs.empty() ? tape.constant(Tensor<T, B>::ones(y->data.shape()))
+                                         : grad_outputs[k]);
     }
 
     std::vector<Var<T, B>> out_grads, in_grads;
@@ -140,7 +151,8 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
 }
 
 template <class T, class B>
-std::vector<Var<T, B>> grad(const Var<T, B>& output, std::span<const Var<T, B>> inputs, GradOptions options = {}) {
+std::vector<Var<T, B>> grad(const Var<T, B>& output, std::span<const Var<T, B>> inputs,
+                            GradOptions options = {}) {
   return grad(std::span<const Var<T, B>>(&output, 1), inputs, {}, options);
 }
 

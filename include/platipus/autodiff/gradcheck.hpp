@@ -44,7 +44,8 @@ using DoubleFunction = std::function<Var<double, B>(std::span<const Var<double, 
 namespace detail {
 
 template <class B>
-std::vector<double> evaluate(const DoubleFunction<B>& f, std::span<const Tensor<double, B>> inputs) {
+std::vector<double> evaluate(const DoubleFunction<B>& f,
+                             std::span<const Tensor<double, B>> inputs) {
   // Recorded, not under NoGradGuard: f may itself take gradients (gradgradcheck).
   Tape<double, B> tape;
   std::vector<Var<double, B>> x;
@@ -67,7 +68,8 @@ GradcheckResult gradcheck(const std::type_identity_t<DoubleFunction<B>>& f,
   const auto out_count = static_cast<std::size_t>(y.numel());
   // analytic[i][e * out_count + j] = d y_j / d x_i[e]
   std::vector<std::vector<double>> analytic(inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) analytic[i].resize(static_cast<std::size_t>(inputs[i].numel()) * out_count);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    analytic[i].resize(static_cast<std::size_t>(inputs[i].numel()) * out_count);
   for (std::size_t j = 0; j < out_count; ++j) {
     std::vector<double> seed(out_count, 0.0);
     seed[j] = 1.0;
@@ -103,8 +105,9 @@ GradcheckResult gradcheck(const std::type_identity_t<DoubleFunction<B>>& f,
         result.max_error = std::max(result.max_error, error);
         if (result.ok && !(error <= options.atol + options.rtol * std::abs(numeric))) {
           result.ok = false;
-          result.message = fmt::format(
-              "d output[{}] / d input {}[{}]: analytic {:.10g}, numeric {:.10g}", j, i, e, a, numeric);
+          result.message =
+              fmt::format("d output[{}] / d input {}[{}]: analytic {:.10g}, numeric {:.10g}", j, i,
+                          e, a, numeric);
         }
       }
     }

@@ -70,16 +70,19 @@ bool should_record(std::span<const Var<T, B>> inputs) {
 }  // namespace detail
 
 template <class T, class B, class Rule>
-Var<T, B> record(const char* name, std::span<const Var<T, B>> inputs, Tensor<T, B> result, Rule&& rule) {
+Var<T, B> record(const char* name, std::span<const Var<T, B>> inputs, Tensor<T, B> result,
+                 Rule&& rule) {
   Tape<T, B>& tape = detail::common_tape(name, inputs);
-  if (!detail::should_record(inputs)) return Var<T, B>(tape.make_value(std::move(result), nullptr, 0, false));
+  if (!detail::should_record(inputs))
+    return Var<T, B>(tape.make_value(std::move(result), nullptr, 0, false));
   auto* node = tape.make_node(name, inputs, 1, std::forward<Rule>(rule));
   node->outputs[0] = tape.make_value(std::move(result), node, 0, true);
   return Var<T, B>(node->outputs[0]);
 }
 
 template <class T, class B, class Rule>
-Var<T, B> record(const char* name, std::initializer_list<Var<T, B>> inputs, Tensor<T, B> result, Rule&& rule) {
+Var<T, B> record(const char* name, std::initializer_list<Var<T, B>> inputs, Tensor<T, B> result,
+                 Rule&& rule) {
   return record(name, std::span<const Var<T, B>>(inputs.begin(), inputs.size()), std::move(result),
                 std::forward<Rule>(rule));
 }
@@ -97,7 +100,8 @@ std::vector<Var<T, B>> record_many(const char* name, std::span<const Var<T, B>> 
   }
   auto* node = tape.make_node(name, inputs, results.size(), std::forward<Rule>(rule));
   for (std::size_t k = 0; k < results.size(); ++k) {
-    node->outputs[k] = tape.make_value(std::move(results[k]), node, static_cast<std::uint32_t>(k), true);
+    node->outputs[k] =
+        tape.make_value(std::move(results[k]), node, static_cast<std::uint32_t>(k), true);
     out.emplace_back(node->outputs[k]);
   }
   return out;

@@ -105,17 +105,22 @@ class Tape {
   }
 
   // A leaf that gradients are taken with respect to.
-  Var<T, B> variable(Tensor<T, B>&& value) { return Var<T, B>(make_value(std::move(value), nullptr, 0, true)); }
+  Var<T, B> variable(Tensor<T, B>&& value) {
+    return Var<T, B>(make_value(std::move(value), nullptr, 0, true));
+  }
   Var<T, B> variable(const Tensor<T, B>& value) { return variable(value.clone()); }
   // Data: a value on the tape that no gradient flows to.
-  Var<T, B> constant(Tensor<T, B>&& value) { return Var<T, B>(make_value(std::move(value), nullptr, 0, false)); }
+  Var<T, B> constant(Tensor<T, B>&& value) {
+    return Var<T, B>(make_value(std::move(value), nullptr, 0, false));
+  }
   Var<T, B> constant(const Tensor<T, B>& value) { return constant(value.clone()); }
 
   std::size_t values() const { return values_.size(); }
   std::size_t nodes() const { return nodes_.size(); }
 
   // Internal: used by `record` and the backward engine.
-  Value* make_value(Tensor<T, B> data, Node* producer, std::uint32_t output_index, bool requires_grad) {
+  Value* make_value(Tensor<T, B> data, Node* producer, std::uint32_t output_index,
+                    bool requires_grad) {
     Value* v = arena_.make<Value>();
     v->data = std::move(data);
     v->tape = this;

@@ -26,9 +26,9 @@ enum class UnaryOp : std::uint8_t {
   tanh,
   softplus,
   abs,
-  scale,       // x * s
-  add_scalar,  // x + s
-  pow_scalar,  // x ^ s
+  scale,           // x * s
+  add_scalar,      // x + s
+  pow_scalar,      // x ^ s
   greater_scalar,  // 1 where x > s, else 0
 };
 
@@ -49,20 +49,20 @@ namespace functors {
 
 // Each functor is a small struct so that a loop or kernel instantiated with it
 // inlines the formula. `s` is the op's scalar argument (unused by most).
-#define PLATIPUS_UNARY(name, expr)                              \
-  struct name {                                                 \
-    template <class T>                                          \
-    PLATIPUS_HD T operator()(T x, [[maybe_unused]] T s) const { \
+#define PLATIPUS_UNARY(name, expr)                                                    \
+  struct name {                                                                       \
+    template <class T>                                                                \
+    PLATIPUS_HD T operator()(T x, [[maybe_unused]] T s) const {                       \
       using std::exp, std::log, std::sqrt, std::tanh, std::abs, std::pow, std::log1p; \
-      return expr;                                              \
-    }                                                           \
+      return expr;                                                                    \
+    }                                                                                 \
   };
 PLATIPUS_UNARY(copy, x)
 PLATIPUS_UNARY(neg, -x)
 PLATIPUS_UNARY(exp, exp(x))
 PLATIPUS_UNARY(log, log(x))
 PLATIPUS_UNARY(sqrt, sqrt(x))
-PLATIPUS_UNARY(square, x * x)
+PLATIPUS_UNARY(square, x* x)
 PLATIPUS_UNARY(reciprocal, T(1) / x)
 PLATIPUS_UNARY(relu, x > T(0) ? x : T(0))
 PLATIPUS_UNARY(step, x > T(0) ? T(1) : T(0))
@@ -72,18 +72,18 @@ PLATIPUS_UNARY(tanh, tanh(x))
 // softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|), stable for large |x|.
 PLATIPUS_UNARY(softplus, (x > T(0) ? x : T(0)) + log1p(exp(-abs(x))))
 PLATIPUS_UNARY(abs, abs(x))
-PLATIPUS_UNARY(scale, x * s)
+PLATIPUS_UNARY(scale, x* s)
 PLATIPUS_UNARY(add_scalar, x + s)
 PLATIPUS_UNARY(pow_scalar, pow(x, s))
 PLATIPUS_UNARY(greater_scalar, x > s ? T(1) : T(0))
 #undef PLATIPUS_UNARY
 
-#define PLATIPUS_BINARY(name, expr)           \
-  struct name {                               \
-    template <class T>                        \
+#define PLATIPUS_BINARY(name, expr)            \
+  struct name {                                \
+    template <class T>                         \
     PLATIPUS_HD T operator()(T a, T b) const { \
-      return expr;                            \
-    }                                         \
+      return expr;                             \
+    }                                          \
   };
 PLATIPUS_BINARY(add, a + b)
 PLATIPUS_BINARY(sub, a - b)

@@ -36,7 +36,9 @@ class Shape {
   }
   bool is_scalar() const { return numel() == 1; }
 
-  std::span<const std::int64_t> dims() const { return {dims_.data(), static_cast<std::size_t>(rank_)}; }
+  std::span<const std::int64_t> dims() const {
+    return {dims_.data(), static_cast<std::size_t>(rank_)};
+  }
   const std::int64_t* begin() const { return dims_.data(); }
   const std::int64_t* end() const { return dims_.data() + rank_; }
 

@@ -20,7 +20,8 @@ class ThreadPool {
  public:
   // `threads` in all, the caller included; 0 means one per hardware thread.
   explicit ThreadPool(int threads = 0) {
-    const int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int n =
+        threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     for (int i = 1; i < n; ++i) workers_.emplace_back([this] { work(); });
   }
   ThreadPool(const ThreadPool&) = delete;

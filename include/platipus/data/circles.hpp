@@ -15,12 +15,14 @@ namespace platipus::data {
 
 struct Circle {
   double cx = 2.5, cy = 2.5, radius = 1;
-  bool contains(double x, double y) const { return (x - cx) * (x - cx) + (y - cy) * (y - cy) <= radius * radius; }
+  bool contains(double x, double y) const {
+    return (x - cx) * (x - cx) + (y - cy) * (y - cy) <= radius * radius;
+  }
 };
 
 struct CirclesSettings {
-  std::int64_t support = 1;  // positive examples in D_train
-  std::int64_t query = 20;   // points in D_test
+  std::int64_t support = 1;        // positive examples in D_train
+  std::int64_t query = 20;         // points in D_test
   double positive_fraction = 0.5;  // of D_test; the rest is drawn outside the circle
   double domain = 5;
   double centre_min = 1, centre_max = 4;
@@ -39,10 +41,13 @@ class CirclesSampler {
     // every disc inside it, and a radius below half the diagonal leaves part
     // of the domain outside every disc, so both loops end.
     check(s.domain > 0, "CirclesSampler", "the domain [0, {}]^2 is empty", s.domain);
-    check(0 <= s.centre_min && s.centre_min <= s.centre_max && s.centre_max <= s.domain, "CirclesSampler",
-          "centres [{}, {}] must lie within the domain [0, {}]", s.centre_min, s.centre_max, s.domain);
-    check(0 < s.radius_min && s.radius_min <= s.radius_max && s.radius_max < s.domain / std::numbers::sqrt2,
-          "CirclesSampler", "radii [{}, {}] must be positive and below half the domain's diagonal ({})", s.radius_min,
+    check(0 <= s.centre_min && s.centre_min <= s.centre_max && s.centre_max <= s.domain,
+          "CirclesSampler", "centres [{}, {}] must lie within the domain [0, {}]", s.centre_min,
+          s.centre_max, s.domain);
+    check(0 < s.radius_min && s.radius_min <= s.radius_max &&
+              s.radius_max < s.domain / std::numbers::sqrt2,
+          "CirclesSampler",
+          "radii [{}, {}] must be positive and below half the domain's diagonal ({})", s.radius_min,
           s.radius_max, s.domain / std::numbers::sqrt2);
   }
 
@@ -65,11 +70,13 @@ class CirclesSampler {
     const auto tasks = static_cast<std::int64_t>(circles.size());
     const auto& s = settings_;
     std::vector<T> sx, sy, qx, qy;
-    const auto positives = static_cast<std::int64_t>(std::lround(s.positive_fraction * static_cast<double>(s.query)));
+    const auto positives =
+        static_cast<std::int64_t>(std::lround(s.positive_fraction * static_cast<double>(s.query)));
     for (const auto& c : circles) {
       for (std::int64_t i = 0; i < s.support; ++i) push_point(inside(c, gen), T(1), sx, sy);
       for (std::int64_t i = 0; i < s.query; ++i)
-        push_point(i < positives ? inside(c, gen) : outside(c, gen), i < positives ? T(1) : T(0), qx, qy);
+        push_point(i < positives ? inside(c, gen) : outside(c, gen), i < positives ? T(1) : T(0),
+                   qx, qy);
     }
     TaskBatch<T, B> batch;
     batch.support_x = Tensor<T, B>::from_host({tasks, s.support, 2}, sx);
@@ -82,7 +89,8 @@ class CirclesSampler {
   // A point uniform over the disc (clipped to the domain by rejection).
   std::pair<double, double> inside(const Circle& c, Generator& gen) const {
     for (;;) {
-      const double r = c.radius * std::sqrt(gen.uniform<double>()), a = 2 * std::numbers::pi * gen.uniform<double>();
+      const double r = c.radius * std::sqrt(gen.uniform<double>()),
+                   a = 2 * std::numbers::pi * gen.uniform<double>();
       const double x = c.cx + r * std::cos(a), y = c.cy + r * std::sin(a);
       if (x >= 0 && x <= settings_.domain && y >= 0 && y <= settings_.domain) return {x, y};
     }
@@ -97,7 +105,8 @@ class CirclesSampler {
   }
 
  private:
-  static void push_point(std::pair<double, double> p, T label, std::vector<T>& xs, std::vector<T>& ys) {
+  static void push_point(std::pair<double, double> p, T label, std::vector<T>& xs,
+                         std::vector<T>& ys) {
     xs.push_back(static_cast<T>(p.first));
     xs.push_back(static_cast<T>(p.second));
     ys.push_back(label);

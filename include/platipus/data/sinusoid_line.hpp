@@ -17,7 +17,9 @@ struct SineLineFunction {
   bool sinusoid = true;
   double amplitude = 1, phase = 0;  // sinusoid
   double slope = 0, intercept = 0;  // line
-  double operator()(double x) const { return sinusoid ? amplitude * std::sin(x + phase) : slope * x + intercept; }
+  double operator()(double x) const {
+    return sinusoid ? amplitude * std::sin(x + phase) : slope * x + intercept;
+  }
 };
 
 struct SinusoidLineSettings {
@@ -35,7 +37,8 @@ template <class T = float, class B = cpu>
 class SinusoidLineSampler {
  public:
   explicit SinusoidLineSampler(SinusoidLineSettings s = {}) : settings_(s) {
-    check(s.support > 0, "SinusoidLineSampler", "the support set is empty (support = {})", s.support);
+    check(s.support > 0, "SinusoidLineSampler", "the support set is empty (support = {})",
+          s.support);
     check(s.query > 0, "SinusoidLineSampler", "the query set is empty (query = {})", s.query);
     check(s.x_min < s.x_max, "SinusoidLineSampler", "empty input range [{}, {}]", s.x_min, s.x_max);
     check(s.noise_std >= 0, "SinusoidLineSampler", "negative noise std {}", s.noise_std);
@@ -73,8 +76,8 @@ class SinusoidLineSampler {
   }
 
   // x [tasks, n, 1] uniform on the range and y = f(x) + noise.
-  std::pair<Tensor<T, B>, Tensor<T, B>> points(std::span<const SineLineFunction> functions, std::int64_t n,
-                                               Generator& gen) const {
+  std::pair<Tensor<T, B>, Tensor<T, B>> points(std::span<const SineLineFunction> functions,
+                                               std::int64_t n, Generator& gen) const {
     const auto tasks = static_cast<std::int64_t>(functions.size());
     std::vector<T> x(static_cast<std::size_t>(tasks * n)), y(x.size());
     for (std::int64_t t = 0; t < tasks; ++t)
@@ -82,7 +85,8 @@ class SinusoidLineSampler {
         const auto k = static_cast<std::size_t>(t * n + i);
         const double xv = gen.uniform(settings_.x_min, settings_.x_max);
         x[k] = static_cast<T>(xv);
-        y[k] = static_cast<T>(functions[static_cast<std::size_t>(t)](xv) + settings_.noise_std * gen.normal<double>());
+        y[k] = static_cast<T>(functions[static_cast<std::size_t>(t)](xv) +
+                              settings_.noise_std * gen.normal<double>());
       }
     const Shape shape{tasks, n, 1};
     return {Tensor<T, B>::from_host(shape, x), Tensor<T, B>::from_host(shape, y)};

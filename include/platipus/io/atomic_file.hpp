@@ -40,7 +40,8 @@ inline void write_file_atomically(const std::filesystem::path& path, std::string
   name += ".XXXXXX";
   std::string temporary = (parent / name).string();
   const int fd = ::mkstemp(temporary.data());
-  check(fd >= 0, "write_file", "cannot create a temporary file beside {}: {}", path.string(), std::strerror(errno));
+  check(fd >= 0, "write_file", "cannot create a temporary file beside {}: {}", path.string(),
+        std::strerror(errno));
   // mkstemp creates the file 0600; give it the mode a plain open would: the
   // replaced file's, or 0666 less the process's umask.
   ::fchmod(fd, detail::file_mode(path));

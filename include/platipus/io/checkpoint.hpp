@@ -30,7 +30,9 @@ constexpr const char* dtype_name() {
 
 inline nlohmann::json describe_layout(const nn::ParamLayout& layout) {
   nlohmann::json pieces = nlohmann::json::array();
-  for (const auto& s : layout.specs()) pieces.push_back({{"name", s.name}, {"shape", std::vector<std::int64_t>(s.shape.begin(), s.shape.end())}});
+  for (const auto& s : layout.specs())
+    pieces.push_back(
+        {{"name", s.name}, {"shape", std::vector<std::int64_t>(s.shape.begin(), s.shape.end())}});
   return pieces;
 }
 
@@ -46,12 +48,14 @@ void save_checkpoint(const std::filesystem::path& path, const nn::ParamLayout& l
                      const std::vector<std::pair<std::string, const Tensor<T, B>*>>& tensors,
                      const nlohmann::json& metadata = nlohmann::json::object()) {
   static_assert(std::endian::native == std::endian::little, "checkpoints are little-endian");
-  nlohmann::json header{{"dtype", dtype_name<T>()}, {"layout", describe_layout(layout)}, {"metadata", metadata}};
+  nlohmann::json header{
+      {"dtype", dtype_name<T>()}, {"layout", describe_layout(layout)}, {"metadata", metadata}};
   std::string data;
   for (const auto& [name, tensor] : tensors) {
-    header["tensors"].push_back({{"name", name},
-                                 {"shape", std::vector<std::int64_t>(tensor->shape().begin(), tensor->shape().end())},
-                                 {"offset", data.size()}});
+    header["tensors"].push_back(
+        {{"name", name},
+         {"shape", std::vector<std::int64_t>(tensor->shape().begin(), tensor->shape().end())},
+         {"offset", data.size()}});
     const auto values = tensor->to_vector();
     data.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
   }
@@ -65,17 +69,20 @@ template <class T, class B = cpu>
 Checkpoint<T, B> load_checkpoint(const std::filesystem::path& path) {
   const std::string file = read_file(path);
   const std::string where = path.string();
-  check(file.starts_with(checkpoint_magic), "load_checkpoint", "{} is not a platipus checkpoint", where);
+  check(file.starts_with(checkpoint_magic), "load_checkpoint", "{} is not a platipus checkpoint",
+        where);
   const std::size_t line_end = file.find('\n', checkpoint_magic.size());
   check(line_end != std::string::npos, "load_checkpoint", "{}: truncated header", where);
   std::size_t header_size = 0;
   try {
-    header_size = std::stoull(file.substr(checkpoint_magic.size(), line_end - checkpoint_magic.size()));
+    header_size =
+        std::stoull(file.substr(checkpoint_magic.size(), line_end - checkpoint_magic.size()));
   } catch (const std::exception&) {
     fail("load_checkpoint", "{}: corrupt header length", where);
   }
   const std::size_t data_start = line_end + 1 + header_size;
-  check(data_start <= file.size(), "load_checkpoint", "{}: truncated (header of {} bytes)", where, header_size);
+  check(data_start <= file.size(), "load_checkpoint", "{}: truncated (header of {} bytes)", where,
+        header_size);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(file.substr(line_end + 1, header_size));
@@ -84,8 +91,8 @@ Checkpoint<T, B> load_checkpoint(const std::filesystem::path& path) {
   }
   Checkpoint<T, B> out;
   try {
-    check(header.at("dtype") == dtype_name<T>(), "load_checkpoint", "{} holds {} values, expected {}", where,
-          header.at("dtype").dump(), dtype_name<T>());
+    check(header.at("dtype") == dtype_name<T>(), "load_checkpoint",
+          "{} holds {} values, expected {}", where, header.at("dtype").dump(), dtype_name<T>());
     out.layout = header.at("layout");
     out.metadata = header.value("metadata", nlohmann::json::object());
     const std::size_t available = file.size() - data_start;
@@ -115,15 +122,16 @@ Checkpoint<T, B> load_checkpoint(const std::filesystem::path& path) {
 // The tensor `name` of a checkpoint written for `layout`, with `shape`;
 // throws naming the file when the architecture or the tensor differs.
 template <class T, class B>
-Tensor<T, B> take(Checkpoint<T, B>& checkpoint, const std::filesystem::path& path, const nn::ParamLayout& layout,
-                  const std::string& name, const Shape& shape) {
+Tensor<T, B> take(Checkpoint<T, B>& checkpoint, const std::filesystem::path& path,
+                  const nn::ParamLayout& layout, const std::string& name, const Shape& shape) {
   check(checkpoint.layout == describe_layout(layout), "load_checkpoint",
-        "{} was written for a different architecture: {} (this model: {})", path.string(), checkpoint.layout.dump(),
-        describe_layout(layout).dump());
+        "{} was written for a different architecture: {} (this model: {})", path.string(),
+        checkpoint.layout.dump(), describe_layout(layout).dump());
   auto it = checkpoint.tensors.find(name);
-  check(it != checkpoint.tensors.end(), "load_checkpoint", "{} has no tensor '{}'", path.string(), name);
-  check(it->second.shape() == shape, "load_checkpoint", "{}: tensor '{}' is {}, expected {}", path.string(), name,
-        it->second.shape(), shape);
+  check(it != checkpoint.tensors.end(), "load_checkpoint", "{} has no tensor '{}'", path.string(),
+        name);
+  check(it->second.shape() == shape, "load_checkpoint", "{}: tensor '{}' is {}, expected {}",
+        path.string(), name, it->second.shape(), shape);
   return std::move(it->second);
 }
 
@@ -141,10 +149,12 @@ void save(const std::filesystem::path& path, const Algorithm& algorithm,
 template <class Algorithm>
 nlohmann::json load(const std::filesystem::path& path, Algorithm& algorithm) {
   using TensorType = std::remove_cvref_t<decltype(*algorithm.state()[0].second)>;
-  auto checkpoint = load_checkpoint<typename TensorType::value_type, typename TensorType::backend>(path);
+  auto checkpoint =
+      load_checkpoint<typename TensorType::value_type, typename TensorType::backend>(path);
   std::vector<std::pair<std::string, TensorType>> values;
   for (const auto& [name, current] : algorithm.state())
-    values.emplace_back(name, take(checkpoint, path, algorithm.model().layout(), name, current->shape()));
+    values.emplace_back(name,
+                        take(checkpoint, path, algorithm.model().layout(), name, current->shape()));
   for (auto& [name, value] : values) algorithm.set_state(name, std::move(value));
   return checkpoint.metadata;
 }

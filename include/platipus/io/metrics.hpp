@@ -23,7 +23,8 @@ class MetricsLog {
   void record(const nlohmann::json& row) {
     check(row.is_object(), "MetricsLog::record", "a row must be a JSON object, got {}", row.dump());
     for (const auto& [key, value] : row.items())
-      if (std::find(columns_.begin(), columns_.end(), key) == columns_.end()) columns_.push_back(key);
+      if (std::find(columns_.begin(), columns_.end(), key) == columns_.end())
+        columns_.push_back(key);
     rows_.push_back(row);
   }
 

@@ -23,12 +23,15 @@ struct TaskBatch {
   void validate(std::string_view who) const {
     check(!support_x.empty() && support_x.rank() == 3 && support_x.dim(1) > 0, who,
           "the support set is empty or not [tasks, points, features] (got {})", support_x.shape());
-    check(support_y.rank() == 3 && support_y.dim(0) == support_x.dim(0) && support_y.dim(1) == support_x.dim(1), who,
-          "support x {} and y {} do not match", support_x.shape(), support_y.shape());
-    check(query_x.rank() == 3 && query_x.dim(0) == support_x.dim(0) && query_x.dim(2) == support_x.dim(2), who,
-          "query x {} does not match support x {}", query_x.shape(), support_x.shape());
-    check(query_y.rank() == 3 && query_y.dim(0) == query_x.dim(0) && query_y.dim(1) == query_x.dim(1), who,
-          "query x {} and y {} do not match", query_x.shape(), query_y.shape());
+    check(support_y.rank() == 3 && support_y.dim(0) == support_x.dim(0) &&
+              support_y.dim(1) == support_x.dim(1),
+          who, "support x {} and y {} do not match", support_x.shape(), support_y.shape());
+    check(query_x.rank() == 3 && query_x.dim(0) == support_x.dim(0) &&
+              query_x.dim(2) == support_x.dim(2),
+          who, "query x {} does not match support x {}", query_x.shape(), support_x.shape());
+    check(
+        query_y.rank() == 3 && query_y.dim(0) == query_x.dim(0) && query_y.dim(1) == query_x.dim(1),
+        who, "query x {} and y {} do not match", query_x.shape(), query_y.shape());
   }
 };
 
@@ -42,7 +45,8 @@ struct TaskBatch {
 // Between the model and the algorithms parameters travel as their pieces
 // (see unflatten), so that an inner-loop step copies nothing.
 template <class M, class T, class B>
-concept Model = requires(const M& model, std::span<const Var<T, B>> pieces, const Var<T, B>& x, Generator& gen) {
+concept Model = requires(const M& model, std::span<const Var<T, B>> pieces, const Var<T, B>& x,
+                         Generator& gen) {
   { model.layout() } -> std::convertible_to<const nn::ParamLayout&>;
   { model.forward(pieces, x) } -> std::same_as<Var<T, B>>;
   { model.template initialize<T, B>(gen) } -> std::same_as<Tensor<T, B>>;

@@ -57,14 +57,15 @@ struct Adapted {
 
 // phi_{k+1} = phi_k - alpha * (grad L(phi_k, D_train) + noise), from phi_0 = params.
 template <class M, class L, class T, class B>
-Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T, B>& x, const Var<T, B>& y,
-                    const InnerLoop& loop, Generator* noise = nullptr) {
+Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T, B>& x,
+                    const Var<T, B>& y, const InnerLoop& loop, Generator* noise = nullptr) {
   check(loop.steps >= 0, "adapt", "inner_steps must be >= 0, got {}", loop.steps);
   Var<T, B> initial_loss;
   for (int step = 0; step < loop.steps; ++step) {
     const Var<T, B> support_loss = task_loss(model, loss, phi, x, y);
     if (step == 0) initial_loss = support_loss;
-    auto g = grad(support_loss, std::span<const Var<T, B>>(phi), {.create_graph = loop.create_graph});
+    auto g =
+        grad(support_loss, std::span<const Var<T, B>>(phi), {.create_graph = loop.create_graph});
     if (loop.gradient_noise > 0) {
       check(noise != nullptr, "adapt", "gradient noise needs a generator");
       for (auto& gi : g)

@@ -12,11 +12,12 @@ namespace platipus {
 // Means [batch..., D], log-variances broadcastable to them; the sum runs over
 // the last axis, leaving one value per leading index.
 template <class T, class B>
-Var<T, B> kl_diagonal_gaussians(const Var<T, B>& mean_q, const Var<T, B>& log_var_q, const Var<T, B>& mean_p,
-                                const Var<T, B>& log_var_p) {
-  check(mean_q.shape() == mean_p.shape(), "kl_diagonal_gaussians", "means {} and {} differ in shape", mean_q.shape(),
-        mean_p.shape());
-  const auto log_ratio = sub(log_var_p, log_var_q);  // log v_p - log v_q; v_q / v_p = exp(-log_ratio)
+Var<T, B> kl_diagonal_gaussians(const Var<T, B>& mean_q, const Var<T, B>& log_var_q,
+                                const Var<T, B>& mean_p, const Var<T, B>& log_var_p) {
+  check(mean_q.shape() == mean_p.shape(), "kl_diagonal_gaussians",
+        "means {} and {} differ in shape", mean_q.shape(), mean_p.shape());
+  const auto log_ratio =
+      sub(log_var_p, log_var_q);  // log v_p - log v_q; v_q / v_p = exp(-log_ratio)
   const auto terms = log_ratio + exp(-log_ratio) + square(mean_q - mean_p) * exp(-log_var_p);
   return 0.5 * sum(expand(terms, mean_q.shape()) - 1.0, {-1});
 }

@@ -40,12 +40,15 @@ struct MetaStepResult {
 };
 
 template <class M, class L, class T = float, class B = cpu>
-  requires Model<M, T, B> && Loss<L, T, B>
+requires Model<M, T, B> && Loss<L, T, B>
 class Maml {
  public:
   Maml(M model, L loss, MamlSettings settings, Generator& init)
-      : model_(std::move(model)), loss_(std::move(loss)), settings_(settings),
-        params_(model_.template initialize<T, B>(init)), optimizer_(settings.meta_optimizer),
+      : model_(std::move(model)),
+        loss_(std::move(loss)),
+        settings_(settings),
+        params_(model_.template initialize<T, B>(init)),
+        optimizer_(settings.meta_optimizer),
         pool_(std::make_unique<ThreadPool>(settings.threads)) {}
 
   // One meta-update of theta on a batch of tasks.
@@ -61,7 +64,8 @@ class Maml {
   // The gradient of the meta-loss (the mean post-adaptation query loss) with
   // respect to theta, differentiated through the inner loop; no update.
   // Chunks of tasks run in parallel on the pool.
-  Tensor<T, B> meta_gradient(const TaskBatch<T, B>& batch, Generator& gen, MetaStepResult* stats = nullptr) const {
+  Tensor<T, B> meta_gradient(const TaskBatch<T, B>& batch, Generator& gen,
+                             MetaStepResult* stats = nullptr) const {
     batch.validate("Maml::meta_gradient");
     const auto ranges = split_tasks(batch.tasks(), pool_->size());
     const Shape shape = params_.shape();
@@ -76,13 +80,15 @@ class Maml {
       Tape<T, B> tape;
       const auto theta = tape.variable(params_);
       const auto xs = tape.constant(chunk.support_x), ys = tape.constant(chunk.support_y);
-      const auto adapted = adapt(model_, loss_, per_task(theta, model_.layout(), chunk.tasks()), xs, ys,
-                                 inner_loop(!settings_.first_order), &noise[c]);
-      const auto query = sum(loss_(forward(adapted.params, tape.constant(chunk.query_x)), tape.constant(chunk.query_y), 1));
+      const auto adapted = adapt(model_, loss_, per_task(theta, model_.layout(), chunk.tasks()), xs,
+                                 ys, inner_loop(!settings_.first_order), &noise[c]);
+      const auto query = sum(loss_(forward(adapted.params, tape.constant(chunk.query_x)),
+                                   tape.constant(chunk.query_y), 1));
       const auto g = grad(query / tasks, theta);  // the meta-loss is the mean over all tasks
       gradients.store(c, std::span<const Var<T, B>>(&g, 1));
       partial[c].query_loss = query.item() / tasks;
-      if (adapted.initial_loss.defined()) partial[c].support_loss = adapted.initial_loss.item() / tasks;
+      if (adapted.initial_loss.defined())
+        partial[c].support_loss = adapted.initial_loss.item() / tasks;
     });
     if (stats) {
       *stats = {};
@@ -95,19 +101,22 @@ class Maml {
   }
 
   // Parameters adapted to each task's support set: [tasks, P].
-  Tensor<T, B> adapt_to(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, Generator& gen) const {
-    check(support_x.rank() == 3 && support_x.dim(1) > 0, "Maml::adapt", "empty or malformed support set {}",
-          support_x.shape());
+  Tensor<T, B> adapt_to(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y,
+                        Generator& gen) const {
+    check(support_x.rank() == 3 && support_x.dim(1) > 0, "Maml::adapt",
+          "empty or malformed support set {}", support_x.shape());
     Tape<T, B> tape;
     const auto theta = tape.variable(params_);
-    const auto adapted = adapt(model_, loss_, per_task(theta, model_.layout(), support_x.dim(0)),
-                               tape.constant(support_x), tape.constant(support_y), inner_loop(false), &gen);
+    const auto adapted =
+        adapt(model_, loss_, per_task(theta, model_.layout(), support_x.dim(0)),
+              tape.constant(support_x), tape.constant(support_y), inner_loop(false), &gen);
     return flat_values(adapted.params, model_.layout());
   }
 
   // n adapted models per task, [tasks, n, P]: n copies of the one MAML
   // solution, or n noisy solutions for MAML + noise.
-  Tensor<T, B> sample(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t n, Generator& gen) const {
+  Tensor<T, B> sample(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t n,
+                      Generator& gen) const {
     check(n > 0, "Maml::sample", "the number of samples must be positive, got {}", n);
     const std::int64_t tasks = support_x.dim(0), size = params_.numel();
     Tensor<T, B> adapted = adapt_to(repeat(support_x, n), repeat(support_y, n), gen);
@@ -129,7 +138,9 @@ class Maml {
   }
 
   // The meta-parameters by name, for checkpoints: {"theta"}.
-  std::vector<std::pair<std::string, const Tensor<T, B>*>> state() const { return {{"theta", &params_}}; }
+  std::vector<std::pair<std::string, const Tensor<T, B>*>> state() const {
+    return {{"theta", &params_}};
+  }
   void set_state(const std::string& name, Tensor<T, B> value) {
     check(name == "theta", "Maml::set_state", "unknown meta-parameter '{}'", name);
     set_parameters(std::move(value));
@@ -140,8 +151,8 @@ class Maml {
   const MamlSettings& settings() const { return settings_; }
   const Tensor<T, B>& parameters() const { return params_; }
   void set_parameters(Tensor<T, B> params) {
-    check(params.shape() == params_.shape(), "Maml::set_parameters", "expected {}, got {}", params_.shape(),
-          params.shape());
+    check(params.shape() == params_.shape(), "Maml::set_parameters", "expected {}, got {}",
+          params_.shape(), params.shape());
     params_ = std::move(params);
   }
 
@@ -162,7 +173,8 @@ class Maml {
   }
 
   InnerLoop inner_loop(bool create_graph) const {
-    return {settings_.inner_steps, settings_.inner_learning_rate, create_graph, settings_.inner_gradient_noise};
+    return {settings_.inner_steps, settings_.inner_learning_rate, create_graph,
+            settings_.inner_gradient_noise};
   }
 
   M model_;

@@ -15,11 +15,11 @@
 #pragma once
 
 #include <array>
-#include <memory>
-#include <utility>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "platipus/meta/inner_loop.hpp"
@@ -35,8 +35,8 @@ struct PlatipusSettings {
   int inner_steps = 5;
   double inner_learning_rate = 1e-3;  // alpha (paper: 1e-3 regression, 1e-2 classification)
   int mean_steps = 1;                 // gradient steps for the prior and posterior means (paper: 1)
-  double kl_weight = 1.5;             // beta (paper: 1.5 for 1-D regression, 0.01 for 2-D classification)
-  int kl_anneal_steps = 0;            // ramp beta linearly from 0 over this many meta-steps (0: none)
+  double kl_weight = 1.5;   // beta (paper: 1.5 for 1-D regression, 0.01 for 2-D classification)
+  int kl_anneal_steps = 0;  // ramp beta linearly from 0 over this many meta-steps (0: none)
   double initial_prior_variance = 0.01;      // sigma2_theta at initialisation
   double initial_posterior_variance = 0.01;  // v_q at initialisation
   double initial_gamma_p = 0.01, initial_gamma_q = 0.01;
@@ -45,7 +45,7 @@ struct PlatipusSettings {
 };
 
 template <class M, class L, class T = float, class B = cpu>
-  requires Model<M, T, B> && Loss<L, T, B>
+requires Model<M, T, B> && Loss<L, T, B>
 class Platipus {
  public:
   // The meta-parameters in a fixed order (also the checkpoint's names).
@@ -54,16 +54,22 @@ class Platipus {
       "mu_theta", "log_sigma2_theta", "log_v_q", "gamma_p", "gamma_q"};
 
   Platipus(M model, L loss, PlatipusSettings settings, Generator& init)
-      : model_(std::move(model)), loss_(std::move(loss)), settings_(settings), optimizer_(settings.meta_optimizer),
+      : model_(std::move(model)),
+        loss_(std::move(loss)),
+        settings_(settings),
+        optimizer_(settings.meta_optimizer),
         pool_(std::make_unique<ThreadPool>(settings.threads)) {
-    check(settings.initial_prior_variance > 0 && settings.initial_posterior_variance > 0, "Platipus",
-          "initial variances must be positive (got {} and {})", settings.initial_prior_variance,
-          settings.initial_posterior_variance);
-    check(settings.mean_steps >= 1, "Platipus", "mean_steps must be at least 1, got {}", settings.mean_steps);
+    check(settings.initial_prior_variance > 0 && settings.initial_posterior_variance > 0,
+          "Platipus", "initial variances must be positive (got {} and {})",
+          settings.initial_prior_variance, settings.initial_posterior_variance);
+    check(settings.mean_steps >= 1, "Platipus", "mean_steps must be at least 1, got {}",
+          settings.mean_steps);
     const Shape shape{model_.layout().size()};
     theta_[mu_theta] = model_.template initialize<T, B>(init);
-    theta_[log_sigma2_theta] = Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_prior_variance)));
-    theta_[log_v_q] = Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_posterior_variance)));
+    theta_[log_sigma2_theta] =
+        Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_prior_variance)));
+    theta_[log_v_q] =
+        Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_posterior_variance)));
     theta_[gamma_p] = Tensor<T, B>::full(shape, static_cast<T>(settings.initial_gamma_p));
     theta_[gamma_q] = Tensor<T, B>::full(shape, static_cast<T>(settings.initial_gamma_q));
   }
@@ -123,51 +129,59 @@ class Platipus {
   // Steps 1-5 of Algorithm 1 for a batch of tasks: per task, the query loss
   // of phi and KL(q || p). Theta's parts are leaves of the caller's tape.
   std::pair<Var<T, B>, Var<T, B>> objective_terms(const std::array<Var<T, B>, part_count>& v,
-                                                  const TaskBatch<T, B>& batch, Generator& gen) const {
+                                                  const TaskBatch<T, B>& batch,
+                                                  Generator& gen) const {
     Tape<T, B>& tape = v[0].tape();
     const auto& layout = model_.layout();
     const std::int64_t tasks = batch.tasks();
     const auto xs = tape.constant(batch.support_x), ys = tape.constant(batch.support_y);
     const auto xq = tape.constant(batch.query_x), yq = tape.constant(batch.query_y);
     const auto mu = per_task(v[mu_theta], layout, tasks);
-    const auto log_vq = unflatten(v[log_v_q], layout.shapes()), log_s2 = unflatten(v[log_sigma2_theta], layout.shapes());
+    const auto log_vq = unflatten(v[log_v_q], layout.shapes()),
+               log_s2 = unflatten(v[log_sigma2_theta], layout.shapes());
 
     const auto mu_q = descend(mu, unflatten(v[gamma_q], layout.shapes()), xq, yq, true);  // step 1
     const auto mu_p = descend(mu, unflatten(v[gamma_p], layout.shapes()), xs, ys, true);  // step 4
-    Pieces<T, B> theta;                                                                    // step 2
+    Pieces<T, B> theta;                                                                   // step 2
     for (std::size_t i = 0; i < mu_q.size(); ++i)
-      theta.push_back(mu_q[i] + exp(0.5 * log_vq[i]) * tape.constant(raw::normal<T, B>(mu_q[i].shape(), gen)));
+      theta.push_back(mu_q[i] + exp(0.5 * log_vq[i]) *
+                                    tape.constant(raw::normal<T, B>(mu_q[i].shape(), gen)));
     const auto phi = adapt(model_, loss_, theta, xs, ys, inner_loop(true)).params;  // step 3
 
     const auto query = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 1);  // step 5
     Var<T, B> kl;
     for (std::size_t i = 0; i < mu_q.size(); ++i) {
-      const auto term = kl_diagonal_gaussians(reshape(mu_q[i], {tasks, -1}), reshape(log_vq[i], {-1}),
-                                              reshape(mu_p[i], {tasks, -1}), reshape(log_s2[i], {-1}));
+      const auto term =
+          kl_diagonal_gaussians(reshape(mu_q[i], {tasks, -1}), reshape(log_vq[i], {-1}),
+                                reshape(mu_p[i], {tasks, -1}), reshape(log_s2[i], {-1}));
       kl = kl.defined() ? kl + term : term;
     }
     return {query, kl};
   }
 
   // Algorithm 2 with the data-dependent prior: n models per task, [tasks, n, P].
-  Tensor<T, B> sample(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t n, Generator& gen) const {
-    check(support_x.rank() == 3 && support_x.dim(1) > 0, "Platipus::sample", "empty or malformed support set {}",
-          support_x.shape());
+  Tensor<T, B> sample(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t n,
+                      Generator& gen) const {
+    check(support_x.rank() == 3 && support_x.dim(1) > 0, "Platipus::sample",
+          "empty or malformed support set {}", support_x.shape());
     check(n > 0, "Platipus::sample", "the number of samples must be positive, got {}", n);
     const auto& layout = model_.layout();
     const std::int64_t tasks = support_x.dim(0), size = layout.size();
     Tape<T, B> tape;
     const auto mu_p = descend(per_task(tape.variable(theta_[mu_theta]), layout, tasks),
-                              unflatten(tape.constant(theta_[gamma_p]), layout.shapes()), tape.constant(support_x),
-                              tape.constant(support_y), false);
+                              unflatten(tape.constant(theta_[gamma_p]), layout.shapes()),
+                              tape.constant(support_x), tape.constant(support_y), false);
     const auto log_s2 = unflatten(tape.constant(theta_[log_sigma2_theta]), layout.shapes());
     Pieces<T, B> start;
     for (std::size_t i = 0; i < mu_p.size(); ++i) {
       const Shape& shape = layout.shapes()[i];
       Shape one{tasks, 1}, many{tasks, n}, merged{tasks * n};
       for (auto d : shape.dims()) one.push_back(d), many.push_back(d), merged.push_back(d);
-      const auto draw = reshape(mu_p[i], one) + exp(0.5 * log_s2[i]) * tape.constant(raw::normal<T, B>(many, gen));
-      start.push_back(tape.variable(reshape(draw, merged).value().clone()));  // a fresh leaf: the test-time inner loop starts here
+      const auto draw = reshape(mu_p[i], one) +
+                        exp(0.5 * log_s2[i]) * tape.constant(raw::normal<T, B>(many, gen));
+      start.push_back(
+          tape.variable(reshape(draw, merged).value().clone()));  // a fresh leaf: the test-time
+                                                                  // inner loop starts here
     }
     const auto xs = tape.constant(Maml<M, L, T, B>::repeat(support_x, n));
     const auto ys = tape.constant(Maml<M, L, T, B>::repeat(support_y, n));
@@ -193,8 +207,8 @@ class Platipus {
 
   const Tensor<T, B>& part(Part p) const { return theta_[p]; }
   void set_part(Part p, Tensor<T, B> value) {
-    check(value.shape() == theta_[p].shape(), "Platipus::set_part", "{} must be {}, got {}", part_names[p],
-          theta_[p].shape(), value.shape());
+    check(value.shape() == theta_[p].shape(), "Platipus::set_part", "{} must be {}, got {}",
+          part_names[p], theta_[p].shape(), value.shape());
     theta_[p] = std::move(value);
   }
   const M& model() const { return model_; }
@@ -203,15 +217,17 @@ class Platipus {
 
   double current_kl_weight() const {
     if (settings_.kl_anneal_steps <= 0) return settings_.kl_weight;
-    return settings_.kl_weight * std::min(1.0, static_cast<double>(steps_) / settings_.kl_anneal_steps);
+    return settings_.kl_weight *
+           std::min(1.0, static_cast<double>(steps_) / settings_.kl_anneal_steps);
   }
 
  private:
   // mean - gamma * grad L(mean, D), piece by piece, repeated mean_steps times.
-  Pieces<T, B> descend(Pieces<T, B> m, const Pieces<T, B>& gamma, const Var<T, B>& x, const Var<T, B>& y,
-                       bool create_graph) const {
+  Pieces<T, B> descend(Pieces<T, B> m, const Pieces<T, B>& gamma, const Var<T, B>& x,
+                       const Var<T, B>& y, bool create_graph) const {
     for (int step = 0; step < settings_.mean_steps; ++step) {
-      const auto g = grad(task_loss(model_, loss_, m, x, y), std::span<const Var<T, B>>(m), {.create_graph = create_graph});
+      const auto g = grad(task_loss(model_, loss_, m, x, y), std::span<const Var<T, B>>(m),
+                          {.create_graph = create_graph});
       for (std::size_t i = 0; i < m.size(); ++i) m[i] = m[i] - gamma[i] * g[i];
     }
     return m;

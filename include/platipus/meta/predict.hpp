@@ -10,19 +10,20 @@ namespace platipus {
 // [T, N, in]. Returns [..., N, out]: for [T, S, P] with [T, N, in], every
 // sample of task t predicts on task t's inputs: [T, S, N, out].
 template <class M, class T, class B>
-  requires Model<M, T, B>
-Tensor<T, B> predict(const M& model, const Tensor<T, B>& params, const Tensor<T, B>& x) {
-  check(params.rank() >= 1 && params.rank() <= 3, "predict", "parameters must be [P], [T, P] or [T, S, P], got {}",
-        params.shape());
+requires Model<M, T, B> Tensor<T, B> predict(const M& model, const Tensor<T, B>& params,
+                                             const Tensor<T, B>& x) {
+  check(params.rank() >= 1 && params.rank() <= 3, "predict",
+        "parameters must be [P], [T, P] or [T, S, P], got {}", params.shape());
   Tape<T, B> tape;
   NoGradGuard no_grad;
   const bool per_sample = params.rank() == 3 && x.rank() == 3;
-  check(!per_sample || x.dim(0) == params.dim(0), "predict", "{} tasks of parameters {} but inputs {}", params.dim(0),
-        params.shape(), x.shape());
-  const Tensor<T, B> inputs = per_sample ? Tensor<T, B>::view(x, Shape{x.dim(0), 1, x.dim(1), x.dim(2)})
-                                         : Tensor<T, B>::view(x, x.shape());
-  check(params.dim(-1) == model.layout().size(), "predict", "parameters {} do not match the model's {} values",
-        params.shape(), model.layout().size());
+  check(!per_sample || x.dim(0) == params.dim(0), "predict",
+        "{} tasks of parameters {} but inputs {}", params.dim(0), params.shape(), x.shape());
+  const Tensor<T, B> inputs = per_sample
+                                  ? Tensor<T, B>::view(x, Shape{x.dim(0), 1, x.dim(1), x.dim(2)})
+                                  : Tensor<T, B>::view(x, x.shape());
+  check(params.dim(-1) == model.layout().size(), "predict",
+        "parameters {} do not match the model's {} values", params.shape(), model.layout().size());
   const auto pieces = unflatten(tape.constant(params), model.layout().shapes());
   return model.forward(std::span<const Var<T, B>>(pieces), tape.constant(inputs)).value().clone();
 }

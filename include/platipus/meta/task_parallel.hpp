@@ -32,10 +32,14 @@ inline std::vector<TaskRange> split_tasks(std::int64_t tasks, int parts) {
 template <class T, class B>
 TaskBatch<T, B> slice_tasks(const TaskBatch<T, B>& batch, TaskRange r) {
   if (r.start == 0 && r.count == batch.tasks())
-    return {Tensor<T, B>::view(batch.support_x, batch.support_x.shape()), Tensor<T, B>::view(batch.support_y, batch.support_y.shape()),
-            Tensor<T, B>::view(batch.query_x, batch.query_x.shape()), Tensor<T, B>::view(batch.query_y, batch.query_y.shape())};
-  return {raw::slice(batch.support_x, 0, r.start, r.count), raw::slice(batch.support_y, 0, r.start, r.count),
-          raw::slice(batch.query_x, 0, r.start, r.count), raw::slice(batch.query_y, 0, r.start, r.count)};
+    return {Tensor<T, B>::view(batch.support_x, batch.support_x.shape()),
+            Tensor<T, B>::view(batch.support_y, batch.support_y.shape()),
+            Tensor<T, B>::view(batch.query_x, batch.query_x.shape()),
+            Tensor<T, B>::view(batch.query_y, batch.query_y.shape())};
+  return {raw::slice(batch.support_x, 0, r.start, r.count),
+          raw::slice(batch.support_y, 0, r.start, r.count),
+          raw::slice(batch.query_x, 0, r.start, r.count),
+          raw::slice(batch.query_y, 0, r.start, r.count)};
 }
 
 // Per-chunk gradient buffers, allocated by the calling thread, filled by the
@@ -51,8 +55,8 @@ class ChunkGradients {
   void store(std::size_t chunk, std::span<const Var<T, B>> grads) {
     for (std::size_t i = 0; i < grads.size(); ++i) {
       Tensor<T, B>& dst = buffers_[chunk][i];
-      check(dst.shape() == grads[i].shape(), "ChunkGradients", "gradient {} is {}, expected {}", i, grads[i].shape(),
-            dst.shape());
+      check(dst.shape() == grads[i].shape(), "ChunkGradients", "gradient {} is {}, expected {}", i,
+            grads[i].shape(), dst.shape());
       B::copy(dst.data(), grads[i].value().data(), dst.bytes());
     }
     B::synchronize();  // the caller reads these after the worker returns

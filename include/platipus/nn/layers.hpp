@@ -37,8 +37,8 @@ struct Linear {
 
   template <class T, class B>
   Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
-    check(x.dim(-1) == inputs, "Linear", "input {} has {} features, the layer expects {}", x.shape(), x.dim(-1),
-          inputs);
+    check(x.dim(-1) == inputs, "Linear", "input {} has {} features, the layer expects {}",
+          x.shape(), x.dim(-1), inputs);
     return platipus::linear(x, pieces[weight], pieces[bias]);
   }
 };
@@ -56,11 +56,12 @@ struct BiasTransform {
 
   template <class T, class B>
   Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
-    check(x.dim(-1) == inputs, "BiasTransform", "input {} has {} features, expected {}", x.shape(), x.dim(-1), inputs);
+    check(x.dim(-1) == inputs, "BiasTransform", "input {} has {} features, expected {}", x.shape(),
+          x.dim(-1), inputs);
     const auto& v = pieces[vector];
     const auto row = reshape(v, detail::batched(v, 1, {1, dims}));
-    Shape lead = broadcast_shapes(x.shape().take_front(x.rank() - 1), row.shape().take_front(row.rank() - 1),
-                                  "BiasTransform");
+    Shape lead = broadcast_shapes(x.shape().take_front(x.rank() - 1),
+                                  row.shape().take_front(row.rank() - 1), "BiasTransform");
     Shape x_shape = lead, v_shape = lead;
     x_shape.push_back(inputs);
     v_shape.push_back(dims);
@@ -73,10 +74,14 @@ enum class Activation { none, relu, tanh, sigmoid };
 template <class T, class B>
 Var<T, B> activate(Activation a, const Var<T, B>& x) {
   switch (a) {
-    case Activation::relu: return relu(x);
-    case Activation::tanh: return tanh(x);
-    case Activation::sigmoid: return sigmoid(x);
-    case Activation::none: break;
+    case Activation::relu:
+      return relu(x);
+    case Activation::tanh:
+      return tanh(x);
+    case Activation::sigmoid:
+      return sigmoid(x);
+    case Activation::none:
+      break;
   }
   return x;
 }

@@ -21,8 +21,8 @@ namespace detail {
 
 template <class T, class B>
 Var<T, B> mean_after(const Var<T, B>& x, int batch_dims, std::string_view loss) {
-  check(batch_dims >= 0 && batch_dims <= x.rank(), loss, "batch_dims {} is out of range for shape {}",
-        batch_dims, x.shape());
+  check(batch_dims >= 0 && batch_dims <= x.rank(), loss,
+        "batch_dims {} is out of range for shape {}", batch_dims, x.shape());
   std::vector<int> axes(static_cast<std::size_t>(x.rank() - batch_dims));
   std::iota(axes.begin(), axes.end(), batch_dims);
   check(x.numel() > 0, loss, "empty input of shape {}", x.shape());
@@ -40,8 +40,8 @@ Var<T, B> checked(Var<T, B> loss, std::string_view name, const Shape& input, con
 
 template <class T, class B>
 void check_same_shape(std::string_view loss, const Var<T, B>& input, const Var<T, B>& target) {
-  check(input.shape() == target.shape(), loss, "input {} and target {} differ in shape", input.shape(),
-        target.shape());
+  check(input.shape() == target.shape(), loss, "input {} and target {} differ in shape",
+        input.shape(), target.shape());
 }
 
 }  // namespace detail
@@ -56,19 +56,22 @@ Var<T, B> mse_loss(const Var<T, B>& pred, const Var<T, B>& target, int batch_dim
 // Sigmoid cross-entropy on logits z with targets y in [0, 1]:
 // -y log s(z) - (1 - y) log(1 - s(z)) = softplus(z) - y z, stable for any z.
 template <class T, class B>
-Var<T, B> bce_with_logits_loss(const Var<T, B>& logits, const Var<T, B>& target, int batch_dims = 0) {
+Var<T, B> bce_with_logits_loss(const Var<T, B>& logits, const Var<T, B>& target,
+                               int batch_dims = 0) {
   detail::check_same_shape("bce_with_logits_loss", logits, target);
-  return detail::checked(
-      detail::mean_after(sub(softplus(logits), mul(target, logits)), batch_dims, "bce_with_logits_loss"),
-      "bce_with_logits_loss", logits.shape(), target.shape());
+  return detail::checked(detail::mean_after(sub(softplus(logits), mul(target, logits)), batch_dims,
+                                            "bce_with_logits_loss"),
+                         "bce_with_logits_loss", logits.shape(), target.shape());
 }
 
 // Logits [..., K], integer labels [...] in [0, K).
 template <class T, class B>
-Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels, int batch_dims = 0) {
+Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels,
+                                int batch_dims = 0) {
   constexpr std::string_view name = "softmax_cross_entropy";
   check(logits.rank() >= 1 && labels.shape() == logits.shape().take_front(logits.rank() - 1), name,
-        "labels {} must have the shape of logits {} without its last axis", labels.shape(), logits.shape());
+        "labels {} must have the shape of logits {} without its last axis", labels.shape(),
+        logits.shape());
   const std::int64_t classes = logits.dim(-1);
   std::vector<T> one_hot(static_cast<std::size_t>(logits.numel()), T(0));
   const auto label_values = labels.to_vector();
@@ -79,20 +82,23 @@ Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels,
   }
   const auto target = logits.tape().constant(Tensor<T, B>::from_host(logits.shape(), one_hot));
   const auto nll = neg(sum(mul(target, log_softmax(logits, -1)), {-1}));
-  return detail::checked(detail::mean_after(nll, batch_dims, name), name, logits.shape(), labels.shape());
+  return detail::checked(detail::mean_after(nll, batch_dims, name), name, logits.shape(),
+                         labels.shape());
 }
 
 // Negative log-likelihood of target under N(mean, variance), constant included.
 template <class T, class B>
-Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance, const Var<T, B>& target,
-                            int batch_dims = 0) {
+Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
+                            const Var<T, B>& target, int batch_dims = 0) {
   constexpr std::string_view name = "gaussian_nll_loss";
   detail::check_same_shape(name, mean_, target);
   check(broadcast_shapes(variance.shape(), mean_.shape(), name) == mean_.shape(), name,
         "variance {} does not broadcast to mean {}", variance.shape(), mean_.shape());
   const T log_two_pi = static_cast<T>(std::log(2 * std::numbers::pi));
-  const auto per_point = scale(shift(add(log(variance), div(square(sub(target, mean_)), variance)), log_two_pi), T(0.5));
-  return detail::checked(detail::mean_after(per_point, batch_dims, name), name, mean_.shape(), target.shape());
+  const auto per_point = scale(
+      shift(add(log(variance), div(square(sub(target, mean_)), variance)), log_two_pi), T(0.5));
+  return detail::checked(detail::mean_after(per_point, batch_dims, name), name, mean_.shape(),
+                         target.shape());
 }
 
 }  // namespace platipus
@@ -122,7 +128,8 @@ struct SoftmaxCrossEntropyLoss {
   template <class T, class B>
   Var<T, B> operator()(const Var<T, B>& logits, const Var<T, B>& target, int batch_dims) const {
     check(target.rank() == logits.rank() && target.dim(-1) == 1, "softmax_cross_entropy",
-          "class-index targets must be [..., 1] beside logits {}, got {}", logits.shape(), target.shape());
+          "class-index targets must be [..., 1] beside logits {}, got {}", logits.shape(),
+          target.shape());
     std::vector<std::int64_t> labels;
     for (T v : target.to_vector()) labels.push_back(static_cast<std::int64_t>(v));
     const Shape label_shape = target.shape().take_front(target.rank() - 1);

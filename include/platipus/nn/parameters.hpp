@@ -32,7 +32,8 @@ class ParamLayout {
  public:
   // Adds a piece; weights are [fan_in, fan_out]. Returns its index.
   std::size_t add(std::string name, const Shape& shape, Init init) {
-    for (const auto& s : specs_) check(s.name != name, "ParamLayout::add", "duplicate parameter name '{}'", name);
+    for (const auto& s : specs_)
+      check(s.name != name, "ParamLayout::add", "duplicate parameter name '{}'", name);
     specs_.push_back({std::move(name), shape, init, size_});
     shapes_.push_back(shape);
     size_ += shape.numel();
@@ -56,16 +57,18 @@ class ParamLayout {
     for (const auto& s : specs_) {
       if (s.init == Init::zeros) continue;
       const double fan_in = static_cast<double>(s.shape.rank() >= 2 ? s.shape[0] : s.shape.numel());
-      const double fan_out = static_cast<double>(s.shape.rank() >= 2 ? s.shape.numel() / s.shape[0] : 1);
+      const double fan_out =
+          static_cast<double>(s.shape.rank() >= 2 ? s.shape.numel() / s.shape[0] : 1);
       const auto count = s.shape.numel();
       auto draws = s.init == Init::he_normal ? raw::normal<T>(s.shape, gen).to_vector()
                                              : raw::uniform<T>(s.shape, gen).to_vector();
-      const double bound = s.init == Init::glorot_uniform ? std::sqrt(6.0 / (fan_in + fan_out)) : 1.0 / std::sqrt(fan_in);
+      const double bound = s.init == Init::glorot_uniform ? std::sqrt(6.0 / (fan_in + fan_out))
+                                                          : 1.0 / std::sqrt(fan_in);
       for (std::int64_t i = 0; i < count; ++i) {
         const T u = draws[static_cast<std::size_t>(i)];
-        values[static_cast<std::size_t>(s.offset + i)] = s.init == Init::he_normal
-                                                             ? static_cast<T>(std::sqrt(2.0 / fan_in)) * u
-                                                             : static_cast<T>(bound) * (2 * u - 1);
+        values[static_cast<std::size_t>(s.offset + i)] =
+            s.init == Init::he_normal ? static_cast<T>(std::sqrt(2.0 / fan_in)) * u
+                                      : static_cast<T>(bound) * (2 * u - 1);
       }
     }
     return Tensor<T, B>::from_host(Shape{size_}, values);
@@ -73,10 +76,11 @@ class ParamLayout {
 
   // A copy of the named piece of a flat vector [P] or of task row `task` of [T, P].
   template <class T, class B>
-  Tensor<T, B> piece(const Tensor<T, B>& params, std::string_view name, std::int64_t task = 0) const {
+  Tensor<T, B> piece(const Tensor<T, B>& params, std::string_view name,
+                     std::int64_t task = 0) const {
     const auto& s = find(name);
-    check(params.dim(-1) == size_, "ParamLayout::piece", "parameters {} do not match a layout of {} values",
-          params.shape(), size_);
+    check(params.dim(-1) == size_, "ParamLayout::piece",
+          "parameters {} do not match a layout of {} values", params.shape(), size_);
     const Tensor<T, B> rows = Tensor<T, B>::view(params, Shape{params.numel() / size_, size_});
     return raw::slice(raw::slice(rows, 0, task, 1), 1, s.offset, s.shape.numel()).reshaped(s.shape);
   }

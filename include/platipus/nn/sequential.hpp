@@ -50,17 +50,19 @@ class Sequential {
   // The same from the named pieces (layout order), each [batch..., shape].
   template <class T, class B>
   Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
-    check(pieces.size() == layout_.specs().size(), "Sequential::forward", "{} parameter pieces for a model of {}",
-          pieces.size(), layout_.specs().size());
+    check(pieces.size() == layout_.specs().size(), "Sequential::forward",
+          "{} parameter pieces for a model of {}", pieces.size(), layout_.specs().size());
     Var<T, B> h = x;
     for (const auto& layer : layers_) {
-      std::visit([&](const auto& l) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(l)>, Activation>) {
-          h = activate(l, h);
-        } else {
-          h = l.forward(pieces, h);
-        }
-      }, layer);
+      std::visit(
+          [&](const auto& l) {
+            if constexpr (std::is_same_v<std::decay_t<decltype(l)>, Activation>) {
+              h = activate(l, h);
+            } else {
+              h = l.forward(pieces, h);
+            }
+          },
+          layer);
     }
     return h;
   }
@@ -77,7 +79,10 @@ class Sequential {
       if (const auto* l = std::get_if<Linear>(&layer)) s += "-" + std::to_string(l->outputs);
       if (const auto* b = std::get_if<BiasTransform>(&layer)) s += "-bt" + std::to_string(b->dims);
       if (const auto* a = std::get_if<Activation>(&layer))
-        s += *a == Activation::relu ? ".relu" : *a == Activation::tanh ? ".tanh" : *a == Activation::sigmoid ? ".sigmoid" : "";
+        s += *a == Activation::relu      ? ".relu"
+             : *a == Activation::tanh    ? ".tanh"
+             : *a == Activation::sigmoid ? ".sigmoid"
+                                         : "";
     }
     return s;
   }

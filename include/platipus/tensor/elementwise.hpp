@@ -48,7 +48,9 @@ Tensor<T, B> map(UnaryOp op, const Tensor<T, B>& x, T scalar = T(0)) {
 template <class T, class B>
 Tensor<T, B> map(BinaryOp op, const Tensor<T, B>& a, const Tensor<T, B>& b, std::string_view name) {
   Tensor<T, B> y(broadcast_shapes(a.shape(), b.shape(), name));
-  if (y.numel()) B::binary(op, a.data(), b.data(), y.data(), detail::broadcast_layout(y.shape(), a.shape(), b.shape()));
+  if (y.numel())
+    B::binary(op, a.data(), b.data(), y.data(),
+              detail::broadcast_layout(y.shape(), a.shape(), b.shape()));
   return y;
 }
 

@@ -39,13 +39,15 @@ Tensor<T, B> gather(const Tensor<T, B>& x, int axis, const Index<B>& index) {
   Shape out_shape = x.shape();
   out_shape[a] = index.numel();
   Tensor<T, B> y(out_shape);
-  if (y.numel()) B::gather(x.data(), index.data(), y.data(), detail::index_layout(x.shape(), a, index.numel()));
+  if (y.numel())
+    B::gather(x.data(), index.data(), y.data(), detail::index_layout(x.shape(), a, index.numel()));
   return y;
 }
 
 // Zeros of extent `extent` along `axis`, with g's slices added at `index`.
 template <class T, class B>
-Tensor<T, B> scatter_add(const Tensor<T, B>& g, int axis, const Index<B>& index, std::int64_t extent) {
+Tensor<T, B> scatter_add(const Tensor<T, B>& g, int axis, const Index<B>& index,
+                         std::int64_t extent) {
   const int a = g.shape().normalize_axis(axis, "index_add");
   check(g.shape()[a] == index.numel(), "index_add", "{} indices for {} slices of shape {}",
         index.numel(), g.shape()[a], g.shape());
@@ -53,7 +55,9 @@ Tensor<T, B> scatter_add(const Tensor<T, B>& g, int axis, const Index<B>& index,
   Shape out_shape = g.shape();
   out_shape[a] = extent;
   Tensor<T, B> y = Tensor<T, B>::zeros(out_shape);
-  if (g.numel()) B::scatter_add(g.data(), index.data(), y.data(), detail::index_layout(out_shape, a, index.numel()));
+  if (g.numel())
+    B::scatter_add(g.data(), index.data(), y.data(),
+                   detail::index_layout(out_shape, a, index.numel()));
   return y;
 }
 

@@ -51,8 +51,8 @@ Tensor<T, B> transpose(const Tensor<T, B>& x, int axis0, int axis1) {
 // Broadcasts x to `shape` (NumPy rules), materialised.
 template <class T, class B>
 Tensor<T, B> expand(const Tensor<T, B>& x, const Shape& shape) {
-  check(broadcast_shapes(x.shape(), shape, "expand") == shape, "expand",
-        "cannot expand {} to {}", x.shape(), shape);
+  check(broadcast_shapes(x.shape(), shape, "expand") == shape, "expand", "cannot expand {} to {}",
+        x.shape(), shape);
   Tensor<T, B> y(shape);
   const Strides cx = contiguous_strides(x.shape());
   Strides src{};

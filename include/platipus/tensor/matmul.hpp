@@ -10,8 +10,8 @@ namespace platipus::raw {
 
 // The shape of matmul(a, b, trans_a, trans_b); throws naming both shapes.
 inline Shape matmul_shape(const Shape& a, const Shape& b, bool trans_a, bool trans_b) {
-  check(a.rank() >= 2 && b.rank() >= 2, "matmul", "operands must be at least 2-D, got {} and {}",
-        a, b);
+  check(a.rank() >= 2 && b.rank() >= 2, "matmul", "operands must be at least 2-D, got {} and {}", a,
+        b);
   const std::int64_t m = trans_a ? a.dim(-1) : a.dim(-2), ka = trans_a ? a.dim(-2) : a.dim(-1);
   const std::int64_t kb = trans_b ? b.dim(-1) : b.dim(-2), n = trans_b ? b.dim(-2) : b.dim(-1);
   check(ka == kb, "matmul", "inner dimensions differ: a is {}{}, b is {}{}", a,
@@ -26,7 +26,8 @@ namespace detail {
 
 // c = op(a) op(b) + beta * c, where c already has the product's shape.
 template <class T, class B>
-void matmul_into(const Tensor<T, B>& a, const Tensor<T, B>& b, Tensor<T, B>& c, bool trans_a, bool trans_b, T beta) {
+void matmul_into(const Tensor<T, B>& a, const Tensor<T, B>& b, Tensor<T, B>& c, bool trans_a,
+                 bool trans_b, T beta) {
   if (c.numel() == 0) return;
   const Shape& out_shape = c.shape();
   const int rank = out_shape.rank();
@@ -37,7 +38,9 @@ void matmul_into(const Tensor<T, B>& a, const Tensor<T, B>& b, Tensor<T, B>& c, 
 
   // Each operand is either batched like the output or a single matrix
   // (stride 0); a mixed broadcast is materialised first.
-  auto fits = [&](std::int64_t count) { return count == batch || count == 1; };
+  auto fits = [&](std::int64_t count) {
+    return count == batch || count == 1;
+  };
   if (!fits(batch_a) || !fits(batch_b)) {
     Shape ea = batch_shape, eb = batch_shape;
     ea.push_back(a.dim(-2));
@@ -69,7 +72,8 @@ void matmul_into(const Tensor<T, B>& a, const Tensor<T, B>& b, Tensor<T, B>& c, 
 }  // namespace detail
 
 template <class T, class B>
-Tensor<T, B> matmul(const Tensor<T, B>& a, const Tensor<T, B>& b, bool trans_a = false, bool trans_b = false) {
+Tensor<T, B> matmul(const Tensor<T, B>& a, const Tensor<T, B>& b, bool trans_a = false,
+                    bool trans_b = false) {
   Tensor<T, B> c(matmul_shape(a.shape(), b.shape(), trans_a, trans_b));
   detail::matmul_into(a, b, c, trans_a, trans_b, T(0));
   return c;
@@ -84,7 +88,8 @@ Tensor<T, B> linear(const Tensor<T, B>& x, const Tensor<T, B>& w, const Tensor<T
   row.push_back(b.dim(-1));
   check(w.rank() >= 2 && b.dim(-1) == w.dim(-1) && b.rank() == w.rank() - 1, "linear",
         "bias {} does not match weight {}", b.shape(), w.shape());
-  Tensor<T, B> c = expand(Tensor<T, B>::view(b, row), matmul_shape(x.shape(), w.shape(), false, false));
+  Tensor<T, B> c =
+      expand(Tensor<T, B>::view(b, row), matmul_shape(x.shape(), w.shape(), false, false));
   detail::matmul_into(x, w, c, false, false, T(1));
   return c;
 }

@@ -10,7 +10,8 @@ namespace platipus {
 // everywhere, so its own rule is itself again and the set closes.
 template <class T, class B>
 Var<T, B> relu_backward(const Var<T, B>& g, const Var<T, B>& x) {
-  return record("relu_backward", {g, x}, raw::map(BinaryOp::relu_backward, g.value(), x.value(), "relu_backward"),
+  return record("relu_backward", {g, x},
+                raw::map(BinaryOp::relu_backward, g.value(), x.value(), "relu_backward"),
                 [](Backward<T, B>& c) {
                   if (c.needs(0)) c.set(0, relu_backward(c.grad(), c.input(1)));
                 });
@@ -18,9 +19,8 @@ Var<T, B> relu_backward(const Var<T, B>& g, const Var<T, B>& x) {
 
 template <class T, class B>
 Var<T, B> relu(const Var<T, B>& x) {
-  return record("relu", {x}, raw::map(UnaryOp::relu, x.value()), [](Backward<T, B>& c) {
-    c.set(0, relu_backward(c.grad(), c.input(0)));
-  });
+  return record("relu", {x}, raw::map(UnaryOp::relu, x.value()),
+                [](Backward<T, B>& c) { c.set(0, relu_backward(c.grad(), c.input(0))); });
 }
 
 // sigmoid' = s (1 - s), written with the output s.
@@ -43,9 +43,8 @@ Var<T, B> tanh(const Var<T, B>& x) {
 // softplus(x) = log(1 + e^x); softplus' = sigmoid.
 template <class T, class B>
 Var<T, B> softplus(const Var<T, B>& x) {
-  return record("softplus", {x}, raw::map(UnaryOp::softplus, x.value()), [](Backward<T, B>& c) {
-    c.set(0, mul(c.grad(), sigmoid(c.input(0))));
-  });
+  return record("softplus", {x}, raw::map(UnaryOp::softplus, x.value()),
+                [](Backward<T, B>& c) { c.set(0, mul(c.grad(), sigmoid(c.input(0)))); });
 }
 
 }  // namespace platipus

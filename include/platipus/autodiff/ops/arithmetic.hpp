@@ -15,57 +15,58 @@ concept Scalar = std::is_arithmetic_v<S>;
 
 template <class T, class B>
 Var<T, B> neg(const Var<T, B>& x) {
-  return record("neg", {x}, raw::map(UnaryOp::neg, x.value()), [](Backward<T, B>& c) {
-    c.set(0, neg(c.grad()));
-  });
+  return record("neg", {x}, raw::map(UnaryOp::neg, x.value()),
+                [](Backward<T, B>& c) { c.set(0, neg(c.grad())); });
 }
 
 template <class T, class B>
 Var<T, B> scale(const Var<T, B>& x, T s) {
-  return record("scale", {x}, raw::map(UnaryOp::scale, x.value(), s), [s](Backward<T, B>& c) {
-    c.set(0, scale(c.grad(), s));
-  });
+  return record("scale", {x}, raw::map(UnaryOp::scale, x.value(), s),
+                [s](Backward<T, B>& c) { c.set(0, scale(c.grad(), s)); });
 }
 
 template <class T, class B>
 Var<T, B> shift(const Var<T, B>& x, T s) {
-  return record("shift", {x}, raw::map(UnaryOp::add_scalar, x.value(), s), [](Backward<T, B>& c) {
-    c.set(0, c.grad());
-  });
+  return record("shift", {x}, raw::map(UnaryOp::add_scalar, x.value(), s),
+                [](Backward<T, B>& c) { c.set(0, c.grad()); });
 }
 
 template <class T, class B>
 Var<T, B> add(const Var<T, B>& a, const Var<T, B>& b) {
-  return record("add", {a, b}, raw::map(BinaryOp::add, a.value(), b.value(), "add"), [](Backward<T, B>& c) {
-    if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
-    if (c.needs(1)) c.set(1, sum_to(c.grad(), c.input(1).shape()));
-  });
+  return record("add", {a, b}, raw::map(BinaryOp::add, a.value(), b.value(), "add"),
+                [](Backward<T, B>& c) {
+                  if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
+                  if (c.needs(1)) c.set(1, sum_to(c.grad(), c.input(1).shape()));
+                });
 }
 
 template <class T, class B>
 Var<T, B> sub(const Var<T, B>& a, const Var<T, B>& b) {
-  return record("sub", {a, b}, raw::map(BinaryOp::sub, a.value(), b.value(), "sub"), [](Backward<T, B>& c) {
-    if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
-    if (c.needs(1)) c.set(1, sum_to(neg(c.grad()), c.input(1).shape()));
-  });
+  return record("sub", {a, b}, raw::map(BinaryOp::sub, a.value(), b.value(), "sub"),
+                [](Backward<T, B>& c) {
+                  if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
+                  if (c.needs(1)) c.set(1, sum_to(neg(c.grad()), c.input(1).shape()));
+                });
 }
 
 template <class T, class B>
 Var<T, B> mul(const Var<T, B>& a, const Var<T, B>& b) {
-  return record("mul", {a, b}, raw::map(BinaryOp::mul, a.value(), b.value(), "mul"), [](Backward<T, B>& c) {
-    if (c.needs(0)) c.set(0, sum_to(mul(c.grad(), c.input(1)), c.input(0).shape()));
-    if (c.needs(1)) c.set(1, sum_to(mul(c.grad(), c.input(0)), c.input(1).shape()));
-  });
+  return record("mul", {a, b}, raw::map(BinaryOp::mul, a.value(), b.value(), "mul"),
+                [](Backward<T, B>& c) {
+                  if (c.needs(0)) c.set(0, sum_to(mul(c.grad(), c.input(1)), c.input(0).shape()));
+                  if (c.needs(1)) c.set(1, sum_to(mul(c.grad(), c.input(0)), c.input(1).shape()));
+                });
 }
 
 // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b.
 template <class T, class B>
 Var<T, B> div(const Var<T, B>& a, const Var<T, B>& b) {
-  return record("div", {a, b}, raw::map(BinaryOp::div, a.value(), b.value(), "div"), [](Backward<T, B>& c) {
-    if (c.needs(0)) c.set(0, sum_to(div(c.grad(), c.input(1)), c.input(0).shape()));
-    if (c.needs(1))
-      c.set(1, sum_to(neg(div(mul(c.grad(), c.output()), c.input(1))), c.input(1).shape()));
-  });
+  return record(
+      "div", {a, b}, raw::map(BinaryOp::div, a.value(), b.value(), "div"), [](Backward<T, B>& c) {
+        if (c.needs(0)) c.set(0, sum_to(div(c.grad(), c.input(1)), c.input(0).shape()));
+        if (c.needs(1))
+          c.set(1, sum_to(neg(div(mul(c.grad(), c.output()), c.input(1))), c.input(1).shape()));
+      });
 }
 
 // a + s * b in one pass: the fused form of an SGD step (phi - alpha * g).
@@ -79,29 +80,53 @@ Var<T, B> add_scaled(const Var<T, B>& a, const Var<T, B>& b, T s) {
 }
 
 template <class T, class B>
-Var<T, B> operator+(const Var<T, B>& a, const Var<T, B>& b) { return add(a, b); }
+Var<T, B> operator+(const Var<T, B>& a, const Var<T, B>& b) {
+  return add(a, b);
+}
 template <class T, class B>
-Var<T, B> operator-(const Var<T, B>& a, const Var<T, B>& b) { return sub(a, b); }
+Var<T, B> operator-(const Var<T, B>& a, const Var<T, B>& b) {
+  return sub(a, b);
+}
 template <class T, class B>
-Var<T, B> operator*(const Var<T, B>& a, const Var<T, B>& b) { return mul(a, b); }
+Var<T, B> operator*(const Var<T, B>& a, const Var<T, B>& b) {
+  return mul(a, b);
+}
 template <class T, class B>
-Var<T, B> operator/(const Var<T, B>& a, const Var<T, B>& b) { return div(a, b); }
+Var<T, B> operator/(const Var<T, B>& a, const Var<T, B>& b) {
+  return div(a, b);
+}
 template <class T, class B>
-Var<T, B> operator-(const Var<T, B>& x) { return neg(x); }
+Var<T, B> operator-(const Var<T, B>& x) {
+  return neg(x);
+}
 
 template <class T, class B, Scalar S>
-Var<T, B> operator*(const Var<T, B>& x, S s) { return scale(x, static_cast<T>(s)); }
+Var<T, B> operator*(const Var<T, B>& x, S s) {
+  return scale(x, static_cast<T>(s));
+}
 template <class T, class B, Scalar S>
-Var<T, B> operator*(S s, const Var<T, B>& x) { return scale(x, static_cast<T>(s)); }
+Var<T, B> operator*(S s, const Var<T, B>& x) {
+  return scale(x, static_cast<T>(s));
+}
 template <class T, class B, Scalar S>
-Var<T, B> operator/(const Var<T, B>& x, S s) { return scale(x, T(1) / static_cast<T>(s)); }
+Var<T, B> operator/(const Var<T, B>& x, S s) {
+  return scale(x, T(1) / static_cast<T>(s));
+}
 template <class T, class B, Scalar S>
-Var<T, B> operator+(const Var<T, B>& x, S s) { return shift(x, static_cast<T>(s)); }
+Var<T, B> operator+(const Var<T, B>& x, S s) {
+  return shift(x, static_cast<T>(s));
+}
 template <class T, class B, Scalar S>
-Var<T, B> operator+(S s, const Var<T, B>& x) { return shift(x, static_cast<T>(s)); }
+Var<T, B> operator+(S s, const Var<T, B>& x) {
+  return shift(x, static_cast<T>(s));
+}
 template <class T, class B, Scalar S>
-Var<T, B> operator-(const Var<T, B>& x, S s) { return shift(x, -static_cast<T>(s)); }
+Var<T, B> operator-(const Var<T, B>& x, S s) {
+  return shift(x, -static_cast<T>(s));
+}
 template <class T, class B, Scalar S>
-Var<T, B> operator-(S s, const Var<T, B>& x) { return shift(neg(x), static_cast<T>(s)); }
+Var<T, B> operator-(S s, const Var<T, B>& x) {
+  return shift(neg(x), static_cast<T>(s));
+}
 
 }  // namespace platipus

@@ -52,15 +52,16 @@ std::vector<Var<T, B>> split(const Var<T, B>& x, int axis, std::span<const std::
     pieces.push_back(raw::slice(x.value(), a, offset, size));
     offset += size;
   }
-  return record_many("split", std::span<const Var<T, B>>(&x, 1), std::move(pieces),
-                     [a](Backward<T, B>& c) {
-                       std::vector<Var<T, B>> grads;
-                       for (std::size_t k = 0; k < c.output_count(); ++k) {
-                         const Var<T, B> g = c.grad(k);
-                         grads.push_back(g.defined() ? g : c.tape().constant(Tensor<T, B>::zeros(c.output(k).shape())));
-                       }
-                       c.set(0, concat(std::span<const Var<T, B>>(grads), a));
-                     });
+  return record_many(
+      "split", std::span<const Var<T, B>>(&x, 1), std::move(pieces), [a](Backward<T, B>& c) {
+        std::vector<Var<T, B>> grads;
+        for (std::size_t k = 0; k < c.output_count(); ++k) {
+          const Var<T, B> g = c.grad(k);
+          grads.push_back(
+              g.defined() ? g : c.tape().constant(Tensor<T, B>::zeros(c.output(k).shape())));
+        }
+        c.set(0, concat(std::span<const Var<T, B>>(grads), a));
+      });
 }
 
 template <class T, class B>
@@ -70,9 +71,9 @@ Var<T, B> pad(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t tot
 template <class T, class B>
 Var<T, B> slice(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t length) {
   const int a = x.shape().normalize_axis(axis, "slice");
-  return record("slice", {x}, raw::slice(x.value(), a, start, length), [a, start](Backward<T, B>& c) {
-    c.set(0, pad(c.grad(), a, start, c.input(0).shape()[a]));
-  });
+  return record(
+      "slice", {x}, raw::slice(x.value(), a, start, length),
+      [a, start](Backward<T, B>& c) { c.set(0, pad(c.grad(), a, start, c.input(0).shape()[a])); });
 }
 
 // Zeros of extent `total` along `axis` with x placed at `start`.

@@ -11,12 +11,15 @@ namespace platipus {
 
 // a_i + s * b_i for every i (a_i and b_i of one shape).
 template <class T, class B>
-std::vector<Var<T, B>> foreach_add_scaled(std::span<const Var<T, B>> a, std::span<const Var<T, B>> b, T s) {
-  check(a.size() == b.size() && !a.empty(), "foreach_add_scaled", "{} and {} tensors given", a.size(), b.size());
+std::vector<Var<T, B>> foreach_add_scaled(std::span<const Var<T, B>> a,
+                                          std::span<const Var<T, B>> b, T s) {
+  check(a.size() == b.size() && !a.empty(), "foreach_add_scaled", "{} and {} tensors given",
+        a.size(), b.size());
   std::vector<Var<T, B>> inputs(a.begin(), a.end());
   inputs.insert(inputs.end(), b.begin(), b.end());
   std::vector<Tensor<T, B>> results;
-  for (std::size_t i = 0; i < a.size(); ++i) results.push_back(raw::axpy(a[i].value(), b[i].value(), s));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    results.push_back(raw::axpy(a[i].value(), b[i].value(), s));
   const std::size_t n = a.size();
   return record_many("foreach_add_scaled", std::span<const Var<T, B>>(inputs), std::move(results),
                      [n, s](Backward<T, B>& c) {

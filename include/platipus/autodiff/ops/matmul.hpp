@@ -8,7 +8,8 @@
 namespace platipus {
 
 template <class T, class B>
-Var<T, B> matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a = false, bool trans_b = false);
+Var<T, B> matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a = false,
+                 bool trans_b = false);
 
 namespace detail {
 
@@ -42,8 +43,9 @@ void matmul_backward(Backward<T, B>& c, bool trans_a, bool trans_b) {
 // C = op(A) op(B), op a transpose of the last two axes when asked.
 template <class T, class B>
 Var<T, B> matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a, bool trans_b) {
-  return record("matmul", {a, b}, raw::matmul(a.value(), b.value(), trans_a, trans_b),
-                [trans_a, trans_b](Backward<T, B>& c) { detail::matmul_backward(c, trans_a, trans_b); });
+  return record(
+      "matmul", {a, b}, raw::matmul(a.value(), b.value(), trans_a, trans_b),
+      [trans_a, trans_b](Backward<T, B>& c) { detail::matmul_backward(c, trans_a, trans_b); });
 }
 
 }  // namespace platipus

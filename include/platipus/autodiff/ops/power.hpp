@@ -7,9 +7,8 @@ namespace platipus {
 
 template <class T, class B>
 Var<T, B> square(const Var<T, B>& x) {
-  return record("square", {x}, raw::map(UnaryOp::square, x.value()), [](Backward<T, B>& c) {
-    c.set(0, scale(mul(c.grad(), c.input(0)), T(2)));
-  });
+  return record("square", {x}, raw::map(UnaryOp::square, x.value()),
+                [](Backward<T, B>& c) { c.set(0, scale(mul(c.grad(), c.input(0)), T(2))); });
 }
 
 // d x^p / dx = p x^(p-1).
@@ -23,9 +22,8 @@ Var<T, B> pow(const Var<T, B>& x, T p) {
 // d sqrt(x) / dx = 1 / (2 sqrt(x)).
 template <class T, class B>
 Var<T, B> sqrt(const Var<T, B>& x) {
-  return record("sqrt", {x}, raw::map(UnaryOp::sqrt, x.value()), [](Backward<T, B>& c) {
-    c.set(0, div(scale(c.grad(), T(0.5)), c.output()));
-  });
+  return record("sqrt", {x}, raw::map(UnaryOp::sqrt, x.value()),
+                [](Backward<T, B>& c) { c.set(0, div(scale(c.grad(), T(0.5)), c.output())); });
 }
 
 }  // namespace platipus

@@ -9,7 +9,8 @@
 namespace platipus {
 
 // `dims` with a single -1 replaced so that the element count is `numel`.
-inline Shape infer_shape(std::span<const std::int64_t> dims, std::int64_t numel, const Shape& from) {
+inline Shape infer_shape(std::span<const std::int64_t> dims, std::int64_t numel,
+                         const Shape& from) {
   std::int64_t known = 1;
   int inferred = -1;
   for (std::size_t i = 0; i < dims.size(); ++i) {
@@ -26,7 +27,8 @@ inline Shape infer_shape(std::span<const std::int64_t> dims, std::int64_t numel,
     out[static_cast<std::size_t>(inferred)] = numel / known;
   }
   Shape shape(out);
-  check(shape.numel() == numel, "reshape", "cannot reshape {} ({} elements) into {}", from, numel, shape);
+  check(shape.numel() == numel, "reshape", "cannot reshape {} ({} elements) into {}", from, numel,
+        shape);
   return shape;
 }
 
@@ -35,9 +37,8 @@ inline Shape infer_shape(std::span<const std::int64_t> dims, std::int64_t numel,
 template <class T, class B>
 Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  return record("reshape", {x}, Tensor<T, B>::view(x.value(), shape), [](Backward<T, B>& c) {
-    c.set(0, reshape(c.grad(), c.input(0).shape()));
-  });
+  return record("reshape", {x}, Tensor<T, B>::view(x.value(), shape),
+                [](Backward<T, B>& c) { c.set(0, reshape(c.grad(), c.input(0).shape())); });
 }
 
 template <class T, class B>

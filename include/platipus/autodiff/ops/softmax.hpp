@@ -14,7 +14,8 @@ Var<T, B> logsumexp(const Var<T, B>& x, int axis, bool keep_dims = false) {
   const std::array<int, 1> axes{a};
   const Shape kept = raw::reduced_shape(x.shape(), axes, "logsumexp");
   const Tensor<T, B> m = raw::reduce_to(ReduceOp::max, x.value(), kept);
-  const Tensor<T, B> sum_exp = raw::sum_to(raw::map(UnaryOp::exp, raw::map(BinaryOp::sub, x.value(), m, "logsumexp")), kept);
+  const Tensor<T, B> sum_exp =
+      raw::sum_to(raw::map(UnaryOp::exp, raw::map(BinaryOp::sub, x.value(), m, "logsumexp")), kept);
   Tensor<T, B> lse = raw::map(BinaryOp::add, raw::map(UnaryOp::log, sum_exp), m, "logsumexp");
   const Shape out_shape = keep_dims ? kept : raw::squeezed_shape(x.shape(), axes, "logsumexp");
   return record("logsumexp", {x}, std::move(lse).reshaped(out_shape), [kept](Backward<T, B>& c) {

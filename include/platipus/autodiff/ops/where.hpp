@@ -15,7 +15,8 @@ Var<T, B> greater(const Var<T, B>& a, const Var<T, B>& b) {
 template <class T, class B>
 Var<T, B> where(const Var<T, B>& mask, const Var<T, B>& a, const Var<T, B>& b) {
   check(!mask.requires_grad(), "where", "the mask must be a constant (it carries no gradient)");
-  const Shape shape = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), "where"), b.shape(), "where");
+  const Shape shape =
+      broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), "where"), b.shape(), "where");
   auto selected = raw::select(raw::expand(mask.value(), shape), raw::expand(a.value(), shape),
                               raw::expand(b.value(), shape));
   // The backward routes g by mask-multiplication: g * m to a, g * (1 - m) to b.
