@@ -48,7 +48,7 @@ struct Learner {
 };
 
 // Predictions on the tasks' grids: [tasks, S, points] as one vector; S = 1 for MAML.
-std::vector<float> predictions(const Learners& learners, const Learner& l,
+std::vector<float> predictions(const RegressionLearners& learners, const Learner& l,
                                const std::vector<float>& grid, long samples, Generator& gen) {
   const auto tasks = static_cast<long>(l.x.size());
   std::vector<float> xs, ys, gx;
@@ -64,7 +64,7 @@ std::vector<float> predictions(const Learners& learners, const Learner& l,
       .to_vector();
 }
 
-nlohmann::json run(const Learners& learners, const Protocol& p, std::uint64_t seed) {
+nlohmann::json run(const RegressionLearners& learners, const Protocol& p, std::uint64_t seed) {
   const Sampler sampler;
   Generator gen(seed, 5);
   std::vector<data::SineLineFunction> functions;
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
           "active_learning", "the initial region [{}, {}] must be a non-empty part of [-5, 5]",
           protocol.region_low, protocol.region_high);
     const fs::path dir(out);
-    const Learners learners = prepare(options, eval_only, checkpoint, dir);
+    const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);
     const auto results = run(learners, protocol, options.seed);
     write_json(dir / "active_learning.json", results);
     fmt::print(

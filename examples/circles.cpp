@@ -16,32 +16,22 @@ using namespace examples;
 
 namespace {
 
-using MamlLearner = Maml<nn::Sequential, BceWithLogitsLoss>;
-using PlatipusLearner = Platipus<nn::Sequential, BceWithLogitsLoss>;
+using CircleLearners = Learners<BceWithLogitsLoss>;
 using Sampler = data::CirclesSampler<float>;
 constexpr long grid_side = 60;
 
-struct Options {
-  long steps = 20000, meta_batch = 25, query = 20;
-  int inner_steps = 5;
-  double inner_rate = 1e-2;  // paper: alpha = 0.01 for classification
-  double kl_weight = 0.01;   // paper: 0.01 for 2-D classification
-  // Initial variances as sine_line's tuned ones (docs/results.md's run).
-  double meta_rate = 1e-3, prior_variance = 0.001, posterior_variance = 0.001, gamma = 0.01;
-  int threads = 0;
-  std::uint64_t seed = 1;
+struct Options : TrainingOptions {
+  long query = 20;  // training query points per task
+
+  Options() {
+    inner_rate = 1e-2;  // paper: alpha = 0.01 for classification
+    kl_weight = 0.01;   // paper: 0.01 for 2-D classification
+  }
+
   nlohmann::json json() const {
-    return {{"steps", steps},
-            {"meta_batch", meta_batch},
-            {"query", query},
-            {"inner_steps", inner_steps},
-            {"inner_rate", inner_rate},
-            {"kl_weight", kl_weight},
-            {"meta_rate", meta_rate},
-            {"prior_variance", prior_variance},
-            {"posterior_variance", posterior_variance},
-            {"gamma", gamma},
-            {"seed", seed}};
+    auto j = TrainingOptions::json();
+    j["query"] = query;
+    return j;
   }
 };
 
@@ -49,66 +39,13 @@ nn::Sequential paper_network() {
   return nn::mlp({.inputs = 2, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
 }
 
-struct Learners {
-  MamlLearner maml;
-  PlatipusLearner platipus;
-};
-
-Learners make_learners(const Options& o) {
-  Generator a(o.seed), b(o.seed);
-  const optim::AdamSettings adam{.learning_rate = o.meta_rate};
-  return {MamlLearner(paper_network(), BceWithLogitsLoss{},
-                      {.inner_steps = o.inner_steps,
-                       .inner_learning_rate = o.inner_rate,
-                       .meta_optimizer = adam,
-                       .threads = o.threads},
-                      a),
-          PlatipusLearner(paper_network(), BceWithLogitsLoss{},
-                          {.inner_steps = o.inner_steps,
-                           .inner_learning_rate = o.inner_rate,
-                           .kl_weight = o.kl_weight,
-                           .initial_prior_variance = o.prior_variance,
-                           .initial_posterior_variance = o.posterior_variance,
-                           .initial_gamma_p = o.gamma,
-                           .initial_gamma_q = o.gamma,
-                           .meta_optimizer = adam,
-                           .threads = o.threads},
-                          b)};
-}
-
-void train(Learners& learners, const Options& o, const fs::path& out) {
-  const Sampler sampler({.support = 1, .query = o.query});
-  io::MetricsLog log(out, "train");
-  const long every = std::max(1L, o.steps / 200);
-  auto run = [&](const std::string& name, auto& learner, std::uint64_t stream) {
-    Generator gen(o.seed, stream);
-    Progress progress(name, o.steps);
-    double recent = 0;
-    for (long step = 1; step <= o.steps; ++step) {
-      const auto result = learner.meta_train_step(sampler.sample(o.meta_batch, gen), gen);
-      recent += result.query_loss / static_cast<double>(every);
-      if (step % every == 0 || step == o.steps) {
-        log.record({{"learner", name},
-                    {"step", step},
-                    {"query_loss", recent},
-                    {"kl", result.kl},
-                    {"seconds", progress.seconds()}});
-        progress.update(step, fmt::format("query loss {:.3f}", recent));
-        recent = 0;
-      }
-    }
-    log.flush();
-  };
-  run("maml", learners.maml, 1);
-  run("platipus", learners.platipus, 2);
-}
-
 double sigmoid(double z) {
   return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z));
 }
 
 // Accuracy and NLL of the predictive probability (PLATIPUS: the mean over samples).
-nlohmann::json evaluate(const Learners& learners, long tasks, long samples, std::uint64_t seed) {
+nlohmann::json evaluate(const CircleLearners& learners, long tasks, long samples,
+                        std::uint64_t seed) {
   const Sampler sampler({.support = 1, .query = 100});
   Generator gen(seed, 3);
   std::vector<double> maml_accuracy, maml_nll, platipus_accuracy, platipus_nll;
@@ -155,7 +92,7 @@ nlohmann::json evaluate(const Learners& learners, long tasks, long samples, std:
 }
 
 // Figure 7: logits over a grid for MAML and each PLATIPUS sample, for a few tasks.
-nlohmann::json figure7(const Learners& learners, long samples, std::uint64_t seed) {
+nlohmann::json figure7(const CircleLearners& learners, long samples, std::uint64_t seed) {
   const Sampler sampler({.support = 1, .query = 1});
   Generator gen(seed, 4);
   std::vector<float> grid;
@@ -197,24 +134,7 @@ int main(int argc, char** argv) {
   std::string out = "out/circles", checkpoint;
   bool quick = false, eval_only = false, no_plot = false;
   long eval_tasks = 600, samples = 10;
-  app.add_option("--steps", o.steps, "meta-training steps of each learner")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--meta-batch", o.meta_batch, "tasks per meta-step")->check(CLI::PositiveNumber);
-  app.add_option("--inner-steps", o.inner_steps, "SGD steps of the inner loop")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--inner-rate", o.inner_rate, "alpha, the inner-loop step size")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--kl-weight", o.kl_weight, "beta, PLATIPUS's KL weight")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--meta-rate", o.meta_rate, "Adam's learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--prior-variance", o.prior_variance, "initial sigma2_theta")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--posterior-variance", o.posterior_variance, "initial v_q")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--gamma", o.gamma, "initial gamma_p and gamma_q")->check(CLI::PositiveNumber);
-  app.add_option("--threads", o.threads, "threads over a meta-batch's tasks (0: all cores)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", o.seed, "seed of every random draw");
+  o.add_flags(app);
   app.add_option("--out", out, "output directory");
   app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
   app.add_option("--checkpoint", checkpoint,
@@ -231,15 +151,9 @@ int main(int argc, char** argv) {
   }
   try {
     const fs::path dir(out);
-    Learners learners = make_learners(o);
-    if (eval_only) {
-      load_learners(checkpoint, learners.maml, learners.platipus);
-    } else {
-      train(learners, o, dir);
-      const fs::path path = checkpoint.empty() ? dir / "checkpoint.bin" : fs::path(checkpoint);
-      save_learners(path, {{"options", o.json()}}, learners.maml, learners.platipus);
-      fmt::print(stderr, "saved {}\n", path.string());
-    }
+    const auto learners =
+        prepare<BceWithLogitsLoss>(paper_network(), Sampler({.support = 1, .query = o.query}), o,
+                                   eval_only, checkpoint, dir, o.json());
     const auto results = evaluate(learners, eval_tasks, samples, o.seed);
     write_json(dir / "results.json", {{"results", results}, {"options", o.json()}});
     write_json(dir / "figure7.json", figure7(learners, samples, o.seed));

@@ -26,7 +26,8 @@ std::vector<float> linspace(double low, double high, long n) {
 }
 
 // Query MSE over held-out tasks, in chunks so that memory stays small.
-nlohmann::json evaluate(const Learners& learners, long tasks, long samples, std::uint64_t seed) {
+nlohmann::json evaluate(const RegressionLearners& learners, long tasks, long samples,
+                        std::uint64_t seed) {
   const Sampler sampler({.support = 5, .query = 100});
   Generator gen(seed, 3);
   std::vector<double> maml_mse, mean_mse, sample_mse;
@@ -72,7 +73,7 @@ nlohmann::json evaluate(const Learners& learners, long tasks, long samples, std:
 }
 
 // One panel of Figure 3: ground truth, support points, MAML's fit and PLATIPUS samples.
-nlohmann::json panel(const Learners& learners, const data::SineLineFunction& f,
+nlohmann::json panel(const RegressionLearners& learners, const data::SineLineFunction& f,
                      const std::vector<float>& xs, const std::vector<float>& ys, long samples,
                      Generator& gen) {
   const auto k = static_cast<std::int64_t>(xs.size());
@@ -96,7 +97,7 @@ nlohmann::json panel(const Learners& learners, const data::SineLineFunction& f,
           {"platipus", curves}};
 }
 
-nlohmann::json figure3(const Learners& learners, long samples, std::uint64_t seed) {
+nlohmann::json figure3(const RegressionLearners& learners, long samples, std::uint64_t seed) {
   const Sampler sampler;
   Generator gen(seed, 4);
   auto draw = [&](bool sinusoid) {
@@ -155,7 +156,7 @@ int main(int argc, char** argv) {
   }
   try {
     const fs::path dir(out);
-    const Learners learners = prepare(options, eval_only, checkpoint, dir);
+    const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);
     const auto results = evaluate(learners, eval_tasks, samples, options.seed);
     write_json(dir / "results.json", {{"results", results}, {"options", options.json()}});
     write_json(dir / "figure3.json", figure3(learners, samples, options.seed));
