@@ -46,42 +46,32 @@ double sigmoid(double z) {
 // Accuracy and NLL of the predictive probability (PLATIPUS: the mean over samples).
 nlohmann::json evaluate(const CircleLearners& learners, long tasks, long samples,
                         std::uint64_t seed) {
-  const Sampler sampler({.support = 1, .query = 100});
-  Generator gen(seed, 3);
   std::vector<double> maml_accuracy, maml_nll, platipus_accuracy, platipus_nll;
-  for (long done = 0; done < tasks; done += 100) {
-    const auto batch = sampler.sample(std::min(100L, tasks - done), gen);
-    const auto y = batch.query_y.to_vector();
-    const auto maml =
-        learners.maml
-            .predict(learners.maml.adapt_to(batch.support_x, batch.support_y, gen), batch.query_x)
-            .to_vector();
-    const auto sampled =
-        learners.platipus
-            .predict(learners.platipus.sample(batch.support_x, batch.support_y, samples, gen),
-                     batch.query_x)
-            .to_vector();
-    const long n = batch.query_x.dim(1);
-    for (long t = 0; t < batch.tasks(); ++t) {
-      double ma = 0, mn = 0, pa = 0, pn = 0;
-      for (long i = 0; i < n; ++i) {
-        const double label = y[static_cast<std::size_t>(t * n + i)];
-        const double pm = sigmoid(maml[static_cast<std::size_t>(t * n + i)]);
-        double pp = 0;
-        for (long s = 0; s < samples; ++s)
-          pp += sigmoid(sampled[static_cast<std::size_t>((t * samples + s) * n + i)]) / samples;
-        auto nll = [&](double p) {
-          return -std::log(std::clamp(label > 0.5 ? p : 1 - p, 1e-12, 1.0));
-        };
-        ma += ((pm > 0.5) == (label > 0.5)) / static_cast<double>(n);
-        pa += ((pp > 0.5) == (label > 0.5)) / static_cast<double>(n);
-        mn += nll(pm) / static_cast<double>(n);
-        pn += nll(pp) / static_cast<double>(n);
-      }
-      maml_accuracy.push_back(ma), maml_nll.push_back(mn), platipus_accuracy.push_back(pa),
-          platipus_nll.push_back(pn);
-    }
-  }
+  held_out(learners, Sampler({.support = 1, .query = 100}), tasks, samples, seed,
+           [&](const auto& y, const auto& maml, const auto& sampled, long count, long n) {
+             for (long t = 0; t < count; ++t) {
+               double ma = 0, mn = 0, pa = 0, pn = 0;
+               for (long i = 0; i < n; ++i) {
+                 const double label = y[static_cast<std::size_t>(t * n + i)];
+                 const double pm = sigmoid(maml[static_cast<std::size_t>(t * n + i)]);
+                 double pp = 0;
+                 for (long s = 0; s < samples; ++s)
+                   pp += sigmoid(sampled[static_cast<std::size_t>((t * samples + s) * n + i)]) /
+                         samples;
+                 auto nll = [&](double p) {
+                   return -std::log(std::clamp(label > 0.5 ? p : 1 - p, 1e-12, 1.0));
+                 };
+                 ma += ((pm > 0.5) == (label > 0.5)) / static_cast<double>(n);
+                 pa += ((pp > 0.5) == (label > 0.5)) / static_cast<double>(n);
+                 mn += nll(pm) / static_cast<double>(n);
+                 pn += nll(pp) / static_cast<double>(n);
+               }
+               maml_accuracy.push_back(ma);
+               maml_nll.push_back(mn);
+               platipus_accuracy.push_back(pa);
+               platipus_nll.push_back(pn);
+             }
+           });
   return {{"tasks", tasks},
           {"query_points", 100},
           {"platipus_samples", samples},

@@ -280,4 +280,25 @@ Learners<Loss> prepare(const platipus::nn::Sequential& network, const Sampler& s
   return learners;
 }
 
+// Evaluates both learners on `tasks` held-out tasks, 100 at a time so that
+// memory stays small. For each chunk calls score(y, maml, sampled, tasks,
+// points) with host copies of the query targets [tasks, points], MAML's
+// predictions [tasks, points] and PLATIPUS's [tasks, samples, points].
+template <class Loss, class Sampler, class Score>
+void held_out(const Learners<Loss>& learners, const Sampler& sampler, long tasks, long samples,
+              std::uint64_t seed, Score&& score) {
+  platipus::Generator gen(seed, 3);
+  for (long done = 0; done < tasks; done += 100) {
+    const auto batch = sampler.sample(std::min(100L, tasks - done), gen);
+    const auto& m = learners.maml;
+    const auto& p = learners.platipus;
+    const auto maml =
+        m.predict(m.adapt_to(batch.support_x, batch.support_y, gen), batch.query_x).to_vector();
+    const auto sampled =
+        p.predict(p.sample(batch.support_x, batch.support_y, samples, gen), batch.query_x)
+            .to_vector();
+    score(batch.query_y.to_vector(), maml, sampled, batch.tasks(), batch.query_x.dim(1));
+  }
+}
+
 }  // namespace examples

@@ -25,44 +25,31 @@ std::vector<float> linspace(double low, double high, long n) {
   return v;
 }
 
-// Query MSE over held-out tasks, in chunks so that memory stays small.
+// Query MSE over held-out tasks.
 nlohmann::json evaluate(const RegressionLearners& learners, long tasks, long samples,
                         std::uint64_t seed) {
-  const Sampler sampler({.support = 5, .query = 100});
-  Generator gen(seed, 3);
   std::vector<double> maml_mse, mean_mse, sample_mse;
-  for (long done = 0; done < tasks; done += 100) {
-    const auto batch = sampler.sample(std::min(100L, tasks - done), gen);
-    const auto y = batch.query_y.to_vector();
-    const auto maml =
-        learners.maml
-            .predict(learners.maml.adapt_to(batch.support_x, batch.support_y, gen), batch.query_x)
-            .to_vector();
-    const auto sampled =
-        learners.platipus
-            .predict(learners.platipus.sample(batch.support_x, batch.support_y, samples, gen),
-                     batch.query_x)
-            .to_vector();
-    const long n = batch.query_x.dim(1);
-    for (long t = 0; t < batch.tasks(); ++t) {
-      double m = 0, pm = 0, ps = 0;
-      for (long i = 0; i < n; ++i) {
-        const double target = y[static_cast<std::size_t>(t * n + i)];
-        m += std::pow(maml[static_cast<std::size_t>(t * n + i)] - target, 2) /
-             static_cast<double>(n);
-        double mean = 0;
-        for (long s = 0; s < samples; ++s) {
-          const double p = sampled[static_cast<std::size_t>((t * samples + s) * n + i)];
-          mean += p / static_cast<double>(samples);
-          ps += std::pow(p - target, 2) / static_cast<double>(n * samples);
-        }
-        pm += std::pow(mean - target, 2) / static_cast<double>(n);
-      }
-      maml_mse.push_back(m);
-      mean_mse.push_back(pm);
-      sample_mse.push_back(ps);
-    }
-  }
+  held_out(learners, Sampler({.support = 5, .query = 100}), tasks, samples, seed,
+           [&](const auto& y, const auto& maml, const auto& sampled, long count, long n) {
+             for (long t = 0; t < count; ++t) {
+               double m = 0, pm = 0, ps = 0;
+               for (long i = 0; i < n; ++i) {
+                 const double target = y[static_cast<std::size_t>(t * n + i)];
+                 m += std::pow(maml[static_cast<std::size_t>(t * n + i)] - target, 2) /
+                      static_cast<double>(n);
+                 double mean = 0;
+                 for (long s = 0; s < samples; ++s) {
+                   const double p = sampled[static_cast<std::size_t>((t * samples + s) * n + i)];
+                   mean += p / static_cast<double>(samples);
+                   ps += std::pow(p - target, 2) / static_cast<double>(n * samples);
+                 }
+                 pm += std::pow(mean - target, 2) / static_cast<double>(n);
+               }
+               maml_mse.push_back(m);
+               mean_mse.push_back(pm);
+               sample_mse.push_back(ps);
+             }
+           });
   return {{"tasks", tasks},
           {"query_points", 100},
           {"support_points", 5},
