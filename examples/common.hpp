@@ -153,6 +153,7 @@ struct TrainingOptions {
   long meta_batch = 25;  // tasks per meta-step
   int inner_steps = 5;   // the paper's 5
   double inner_rate = 0, kl_weight = 0;
+  long kl_anneal_steps = 0;  // the appendix anneals towards the KL weight; 0: constant
   double meta_rate = 1e-3;
   // Tuned on 3000-step sine_line runs (MSE of the mean of 10 samples on 300
   // held-out tasks): variances 0.001 -> 2.69, 0.01 -> 3.85.
@@ -169,6 +170,9 @@ struct TrainingOptions {
     app.add_option("--inner-rate", inner_rate, "alpha, the inner-loop step size")
         ->check(CLI::PositiveNumber);
     app.add_option("--kl-weight", kl_weight, "beta, PLATIPUS's KL weight")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--kl-anneal-steps", kl_anneal_steps,
+                   "ramp beta up from 0 over this many steps (0: constant)")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--meta-rate", meta_rate, "Adam's learning rate on the meta-parameters")
         ->check(CLI::PositiveNumber);
@@ -188,6 +192,7 @@ struct TrainingOptions {
             {"inner_steps", inner_steps},
             {"inner_rate", inner_rate},
             {"kl_weight", kl_weight},
+            {"kl_anneal_steps", kl_anneal_steps},
             {"meta_rate", meta_rate},
             {"prior_variance", prior_variance},
             {"posterior_variance", posterior_variance},
@@ -205,6 +210,7 @@ struct TrainingOptions {
     return {.inner_steps = inner_steps,
             .inner_learning_rate = inner_rate,
             .kl_weight = kl_weight,
+            .kl_anneal_steps = static_cast<int>(kl_anneal_steps),
             .initial_prior_variance = prior_variance,
             .initial_posterior_variance = posterior_variance,
             .initial_gamma_p = gamma,

@@ -200,6 +200,48 @@ TEST_CASE("PLATIPUS samples differ, and their spread shrinks as support points a
   CHECK(five > ten);
 }
 
+TEST_CASE("MAML + noise samples distinct models, spread by the noise; plain MAML samples copies",
+          "[maml][noise]") {
+  const Sampler sampler({.support = 5, .query = 5});
+  Generator gen(11);
+  const auto batch = sampler.sample(3, gen);
+  auto spread = [&](double noise) {
+    Generator init(12);
+    Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{},
+                                       {.inner_gradient_noise = noise, .threads = 1}, init);
+    maml.meta_train_step(batch, gen);  // training runs with the noise too
+    const auto samples = maml.sample(batch.support_x, batch.support_y, 4, gen).to_vector();
+    const auto size = static_cast<std::size_t>(maml.model().layout().size());
+    double distance = 0;
+    for (std::size_t t = 0; t < 3; ++t)
+      for (std::size_t i = 0; i < size; ++i)
+        distance += std::abs(samples[(t * 4 + 1) * size + i] - samples[(t * 4) * size + i]);
+    return distance;
+  };
+  CHECK(spread(0.0) == 0.0);
+  const double small = spread(0.1), large = spread(1.0);
+  CHECK(small > 0.0);
+  CHECK(large > 5 * small);
+}
+
+TEST_CASE("PLATIPUS anneals its KL weight linearly when asked", "[platipus]") {
+  Generator init(13), gen(14);
+  Platipus<nn::Sequential, MseLoss> model(
+      nn::mlp({.inputs = 1, .hidden = {4}, .outputs = 1}), MseLoss{},
+      {.kl_weight = 2.0, .kl_anneal_steps = 4, .threads = 1}, init);
+  const auto batch = Sampler({.support = 2, .query = 2}).sample(2, gen);
+  std::vector<double> weights;
+  for (int step = 0; step < 6; ++step) {
+    weights.push_back(model.current_kl_weight());
+    model.meta_train_step(batch, gen);
+  }
+  CHECK(weights == std::vector<double>{0.0, 0.5, 1.0, 1.5, 2.0, 2.0});
+  Generator init2(13);
+  Platipus<nn::Sequential, MseLoss> plain(nn::mlp({.inputs = 1, .hidden = {4}, .outputs = 1}),
+                                          MseLoss{}, {.kl_weight = 2.0, .threads = 1}, init2);
+  CHECK(plain.current_kl_weight() == 2.0);
+}
+
 TEST_CASE("meta-learners reject malformed task batches", "[maml][errors]") {
   Generator gen(10);
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, {.threads = 1}, gen);

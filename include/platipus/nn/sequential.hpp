@@ -72,21 +72,6 @@ class Sequential {
     return layout_.initialize<T, B>(gen);
   }
 
-  // A short description for logs and checkpoints: "1-bt20-100-100-100-1 relu".
-  std::string describe() const {
-    std::string s = std::to_string(inputs_);
-    for (const auto& layer : layers_) {
-      if (const auto* l = std::get_if<Linear>(&layer)) s += "-" + std::to_string(l->outputs);
-      if (const auto* b = std::get_if<BiasTransform>(&layer)) s += "-bt" + std::to_string(b->dims);
-      if (const auto* a = std::get_if<Activation>(&layer))
-        s += *a == Activation::relu      ? ".relu"
-             : *a == Activation::tanh    ? ".tanh"
-             : *a == Activation::sigmoid ? ".sigmoid"
-                                         : "";
-    }
-    return s;
-  }
-
  private:
   std::int64_t inputs_, features_;
   ParamLayout layout_;
