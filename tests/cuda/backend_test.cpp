@@ -64,9 +64,10 @@ TEMPLATE_TEST_CASE("the fused in-place Adam step matches the CPU backend", "[cud
   Tensor<T> p = normal<T>({5000}, 5), m = normal<T>({5000}, 6), v = positive<T>({5000}, 7);
   auto dp = on_device(p), dm = on_device(m), dv = on_device(v);
   const auto dg = on_device(g);
-  const AdamStep<T> step{T(0.8), T(0.99), T(1e-6), T(0.01), T(0.3)};
-  cpu::adam(p.data(), m.data(), v.data(), g.data(), p.numel(), step);
-  cuda::adam(dp.data(), dm.data(), dv.data(), dg.data(), dp.numel(), step);
+  const AdamStep<T> step{T(0.8), T(0.99), T(1e-6), T(0.01)};
+  const Tensor<T> t = Tensor<T>::full({1}, T(3));
+  cpu::adam(p.data(), m.data(), v.data(), g.data(), p.numel(), step, t.data());
+  cuda::adam(dp.data(), dm.data(), dv.data(), dg.data(), dp.numel(), step, on_device(t).data());
   check_close(p, dp, tolerance<T>, "adam parameter");
   check_close(m, dm, tolerance<T>, "adam first moment");
   check_close(v, dv, tolerance<T>, "adam second moment");

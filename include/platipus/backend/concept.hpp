@@ -37,9 +37,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::fill(y, n, 1.0f)};
   {B::axpy(x, x, y, n, 1.0f)};
   {B::axpy(xd, xd, yd, n, 1.0)};
-  // One Adam step in place on (parameter, first moment, second moment).
-  {B::adam(y, y, y, x, n, AdamStep<float>{})};
-  {B::adam(yd, yd, yd, xd, n, AdamStep<double>{})};
+  // One Adam step in place on (parameter, first moment, second moment), at
+  // the step number stored at the last argument.
+  {B::adam(y, y, y, x, n, AdamStep<float>{}, x)};
+  {B::adam(yd, yd, yd, xd, n, AdamStep<double>{}, xd)};
   {B::unary(UnaryOp::exp, x, y, n, 0.0f)};
   {B::binary(BinaryOp::add, x, x, y, bl)};
   {B::select(x, x, x, y, n)};

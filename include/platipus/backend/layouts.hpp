@@ -58,16 +58,27 @@ struct GemmLayout {
 // One Adam step (Kingma & Ba, 2015), applied in place to a parameter p, its
 // moments m and v and its gradient g; every backend runs this formula:
 //   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,
-//   p -= rate * m / (sqrt(v / correction2) + eps),  rate = lr / (1 - b1^t).
+//   p -= rate * m / (sqrt(v / correction2) + eps),
+//   rate = lr / (1 - b1^t),  correction2 = 1 - b2^t.
+// The step number t is not a field: backends read it from their own memory
+// (Backend::adam's `step` argument), so that a recorded meta-step that is
+// replayed (a CUDA graph) keeps counting.
 template <class T>
 struct AdamStep {
-  T beta1 = T(0.9), beta2 = T(0.999), epsilon = T(1e-8);
-  T rate = T(1e-3), correction2 = T(1);  // lr / (1 - b1^t) and 1 - b2^t at step t
-  PLATIPUS_HD void apply(T& p, T& m, T& v, T g) const {
+  T beta1 = T(0.9), beta2 = T(0.999), epsilon = T(1e-8), learning_rate = T(1e-3);
+
+  struct Correction {
+    T rate, correction2;
+  };
+  PLATIPUS_HD Correction at(T t) const {
+    using std::pow;
+    return {learning_rate / (T(1) - pow(beta1, t)), T(1) - pow(beta2, t)};
+  }
+  PLATIPUS_HD void apply(const Correction& c, T& p, T& m, T& v, T g) const {
     using std::sqrt;
     m = beta1 * m + (T(1) - beta1) * g;
     v = beta2 * v + (T(1) - beta2) * g * g;
-    p -= rate * m / (sqrt(v / correction2) + epsilon);
+    p -= c.rate * m / (sqrt(v / c.correction2) + epsilon);
   }
 };
 

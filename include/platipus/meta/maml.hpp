@@ -19,6 +19,7 @@
 
 #include "platipus/meta/inner_loop.hpp"
 #include "platipus/meta/predict.hpp"
+#include "platipus/meta/step_statistics.hpp"
 #include "platipus/meta/task_parallel.hpp"
 #include "platipus/optim/optimizers.hpp"
 
@@ -31,12 +32,6 @@ struct MamlSettings {
   double inner_gradient_noise = 0;    // "MAML + noise" when > 0
   optim::AdamSettings meta_optimizer{};
   int threads = 0;  // threads over the tasks of a meta-batch; 0: one per hardware thread
-};
-
-struct MetaStepResult {
-  double query_loss = 0;    // mean post-adaptation loss on the query sets
-  double support_loss = 0;  // mean pre-adaptation loss on the support sets
-  double kl = 0;            // mean KL term (PLATIPUS only)
 };
 
 template <class M, class L, class T = float, class B = cpu>
@@ -53,51 +48,35 @@ class Maml {
 
   // One meta-update of theta on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
-    MetaStepResult result;
-    const Tensor<T, B> g = meta_gradient(batch, gen, &result);
+    return MetaStepResult::read(meta_train_step_async(batch, gen));
+  }
+
+  // The same update with its statistics left on the backend, a [3] tensor
+  // for MetaStepResult::read. With one thread nothing here waits for the
+  // device, so a CUDA graph can record it (meta/graphed_step.hpp).
+  Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
+    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
     Tensor<T, B>* p[] = {&params_};
-    const Tensor<T, B>* gp[] = {&g};
+    const Tensor<T, B>* gp[] = {&gradients[0]};
     optimizer_.step(p, gp);
-    return result;
+    return std::move(statistics);
   }
 
   // The gradient of the meta-loss (the mean post-adaptation query loss) with
   // respect to theta, differentiated through the inner loop; no update.
-  // Chunks of tasks run in parallel on the pool.
   Tensor<T, B> meta_gradient(const TaskBatch<T, B>& batch, Generator& gen,
                              MetaStepResult* stats = nullptr) const {
-    batch.validate("Maml::meta_gradient");
-    const auto ranges = split_tasks(batch.tasks(), pool_->size());
-    const Shape shape = params_.shape();
-    ChunkGradients<T, B> gradients(ranges.size(), std::span<const Shape>(&shape, 1));
-    std::vector<Generator> noise;
-    for (std::size_t c = 0; c < ranges.size(); ++c) noise.push_back(gen.fork());
-    std::vector<MetaStepResult> partial(ranges.size());
-    const double tasks = static_cast<double>(batch.tasks());
-    B::synchronize();  // the workers' streams read what this thread's stream wrote
-    pool_->run(static_cast<int>(ranges.size()), [&](int c) {
-      const auto chunk = slice_tasks(batch, ranges[c]);
-      Tape<T, B> tape;
-      const auto theta = tape.variable(params_);
-      const auto xs = tape.constant(chunk.support_x), ys = tape.constant(chunk.support_y);
-      const auto adapted = adapt(model_, loss_, per_task(theta, model_.layout(), chunk.tasks()), xs,
-                                 ys, inner_loop(!settings_.first_order), &noise[c]);
-      const auto query = sum(loss_(forward(adapted.params, tape.constant(chunk.query_x)),
-                                   tape.constant(chunk.query_y), 1));
-      const auto g = grad(query / tasks, theta);  // the meta-loss is the mean over all tasks
-      gradients.store(c, std::span<const Var<T, B>>(&g, 1));
-      partial[c].query_loss = query.item() / tasks;
-      if (adapted.initial_loss.defined())
-        partial[c].support_loss = adapted.initial_loss.item() / tasks;
-    });
-    if (stats) {
-      *stats = {};
-      for (const auto& r : partial) {
-        stats->query_loss += r.query_loss;
-        stats->support_loss += r.support_loss;
-      }
-    }
-    return std::move(gradients.sum()[0]);
+    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
+    if (stats) *stats = MetaStepResult::read(statistics);
+    return std::move(gradients[0]);
+  }
+
+  // Why a recorded meta-step could not be replayed as it is; empty when it can.
+  std::string replay_obstacle() const {
+    if (pool_->size() > 1)
+      return fmt::format("threads = {}: a recording holds one thread's work; use threads = 1",
+                         pool_->size());
+    return {};
   }
 
   // Parameters adapted to each task's support set: [tasks, P].
@@ -168,6 +147,33 @@ class Maml {
   }
 
  private:
+  // Chunks of tasks run in parallel on the pool, each on its own tape.
+  typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& batch,
+                                                             Generator& gen) const {
+    batch.validate("Maml::meta_gradient");
+    const auto ranges = split_tasks(batch.tasks(), pool_->size());
+    const Shape shape = params_.shape();
+    ChunkResults<T, B> results(ranges.size(), std::span<const Shape>(&shape, 1));
+    std::vector<Generator> noise;
+    for (std::size_t c = 0; c < ranges.size(); ++c) noise.push_back(gen.fork());
+    const std::int64_t tasks = batch.tasks();
+    if (ranges.size() > 1) B::synchronize();  // the workers' streams read this thread's work
+    pool_->run(static_cast<int>(ranges.size()), [&](int c) {
+      const auto chunk = slice_tasks(batch, ranges[c]);
+      Tape<T, B> tape;
+      const auto theta = tape.variable(params_);
+      const auto xs = tape.constant(chunk.support_x), ys = tape.constant(chunk.support_y);
+      const auto adapted = adapt(model_, loss_, per_task(theta, model_.layout(), chunk.tasks()), xs,
+                                 ys, inner_loop(!settings_.first_order), &noise[c]);
+      const auto query = sum(loss_(forward(adapted.params, tape.constant(chunk.query_x)),
+                                   tape.constant(chunk.query_y), 1));
+      const auto g = grad(query / static_cast<double>(tasks), theta);  // the mean over all tasks
+      results.store(c, std::span<const Var<T, B>>(&g, 1),
+                    step_statistics(query, adapted.initial_loss, Var<T, B>{}, tasks));
+    });
+    return results.sum();
+  }
+
   Var<T, B> forward(const Pieces<T, B>& params, const Var<T, B>& x) const {
     return model_.forward(std::span<const Var<T, B>>(params), x);
   }

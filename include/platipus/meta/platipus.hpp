@@ -76,54 +76,43 @@ class Platipus {
 
   // One update of Theta on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
-    MetaStepResult result;
-    auto total = meta_gradient(batch, gen, &result);
+    return MetaStepResult::read(meta_train_step_async(batch, gen));
+  }
+
+  // The same update with its statistics left on the backend, a [3] tensor
+  // for MetaStepResult::read. With one thread and a constant KL weight
+  // nothing here waits for the device, so a CUDA graph can record it
+  // (meta/graphed_step.hpp).
+  Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
+    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
     std::array<Tensor<T, B>*, part_count> params;
     std::array<const Tensor<T, B>*, part_count> grads;
     for (int i = 0; i < part_count; ++i) {
       params[i] = &theta_[i];
-      grads[i] = &total[i];
+      grads[i] = &gradients[i];
     }
     optimizer_.step(params, grads);
-    ++steps_;
-    return result;
+    return std::move(statistics);
   }
 
   // The gradients of the objective, mean over tasks of L(phi, D_test) +
-  // beta KL, with respect to the five parts of Theta; no update. Chunks of
-  // tasks run in parallel on the pool.
+  // beta KL, with respect to the five parts of Theta; no update.
   std::vector<Tensor<T, B>> meta_gradient(const TaskBatch<T, B>& batch, Generator& gen,
                                           MetaStepResult* stats = nullptr) const {
-    batch.validate("Platipus::meta_gradient");
-    const auto ranges = split_tasks(batch.tasks(), pool_->size());
-    std::array<Shape, part_count> shapes;
-    for (int i = 0; i < part_count; ++i) shapes[i] = theta_[i].shape();
-    ChunkGradients<T, B> gradients(ranges.size(), shapes);
-    std::vector<Generator> noise;
-    for (std::size_t c = 0; c < ranges.size(); ++c) noise.push_back(gen.fork());
-    std::vector<MetaStepResult> partial(ranges.size());
-    const double tasks = static_cast<double>(batch.tasks());
-    const T kl_weight = static_cast<T>(current_kl_weight());
-    B::synchronize();  // the workers' streams read what this thread's stream wrote
-    pool_->run(static_cast<int>(ranges.size()), [&](int c) {
-      const auto chunk = slice_tasks(batch, ranges[c]);
-      Tape<T, B> tape;
-      std::array<Var<T, B>, part_count> v;
-      for (int i = 0; i < part_count; ++i) v[i] = tape.variable(theta_[i]);
-      const auto [query, kl] = objective_terms(v, chunk, noise[c]);
-      const auto grads = grad(sum(query + kl_weight * kl) / tasks, std::span<const Var<T, B>>(v));
-      gradients.store(c, grads);
-      partial[c].query_loss = sum(query).item() / tasks;
-      partial[c].kl = sum(kl).item() / tasks;
-    });
-    if (stats) {
-      *stats = {};
-      for (const auto& r : partial) {
-        stats->query_loss += r.query_loss;
-        stats->kl += r.kl;
-      }
-    }
-    return gradients.sum();
+    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
+    if (stats) *stats = MetaStepResult::read(statistics);
+    return std::move(gradients);
+  }
+
+  // Why a recorded meta-step could not be replayed as it is; empty when it can.
+  std::string replay_obstacle() const {
+    if (pool_->size() > 1)
+      return fmt::format("threads = {}: a recording holds one thread's work; use threads = 1",
+                         pool_->size());
+    if (settings_.kl_anneal_steps > 0 && steps() < settings_.kl_anneal_steps)
+      return fmt::format("the KL weight still ramps up (step {} of {}) and a recording fixes it",
+                         steps(), settings_.kl_anneal_steps);
+    return {};
   }
 
   // Steps 1-5 of Algorithm 1 for a batch of tasks: per task, the query loss
@@ -213,15 +202,45 @@ class Platipus {
   }
   const M& model() const { return model_; }
   const PlatipusSettings& settings() const { return settings_; }
-  int steps() const { return steps_; }
+  // Meta-steps taken (kept by the optimiser in backend memory: on CUDA,
+  // reading it waits for the device).
+  int steps() const { return optimizer_.steps(); }
 
+  // beta at the next meta-step; while it ramps up, reading the step count
+  // makes each meta-step wait for the device.
   double current_kl_weight() const {
     if (settings_.kl_anneal_steps <= 0) return settings_.kl_weight;
     return settings_.kl_weight *
-           std::min(1.0, static_cast<double>(steps_) / settings_.kl_anneal_steps);
+           std::min(1.0, static_cast<double>(steps()) / settings_.kl_anneal_steps);
   }
 
  private:
+  // Chunks of tasks run in parallel on the pool, each on its own tape.
+  typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& batch,
+                                                             Generator& gen) const {
+    batch.validate("Platipus::meta_gradient");
+    const auto ranges = split_tasks(batch.tasks(), pool_->size());
+    std::array<Shape, part_count> shapes;
+    for (int i = 0; i < part_count; ++i) shapes[i] = theta_[i].shape();
+    ChunkResults<T, B> results(ranges.size(), shapes);
+    std::vector<Generator> noise;
+    for (std::size_t c = 0; c < ranges.size(); ++c) noise.push_back(gen.fork());
+    const std::int64_t tasks = batch.tasks();
+    const T kl_weight = static_cast<T>(current_kl_weight());
+    if (ranges.size() > 1) B::synchronize();  // the workers' streams read this thread's work
+    pool_->run(static_cast<int>(ranges.size()), [&](int c) {
+      const auto chunk = slice_tasks(batch, ranges[c]);
+      Tape<T, B> tape;
+      std::array<Var<T, B>, part_count> v;
+      for (int i = 0; i < part_count; ++i) v[i] = tape.variable(theta_[i]);
+      const auto [query, kl] = objective_terms(v, chunk, noise[c]);
+      const auto grads = grad(sum(query + kl_weight * kl) / static_cast<double>(tasks),
+                              std::span<const Var<T, B>>(v));
+      results.store(c, grads, step_statistics(sum(query), Var<T, B>{}, sum(kl), tasks));
+    });
+    return results.sum();
+  }
+
   // mean - gamma * grad L(mean, D), piece by piece, repeated mean_steps times.
   Pieces<T, B> descend(Pieces<T, B> m, const Pieces<T, B>& gamma, const Var<T, B>& x,
                        const Var<T, B>& y, bool create_graph) const {
@@ -243,7 +262,6 @@ class Platipus {
   std::array<Tensor<T, B>, part_count> theta_;
   optim::Adam<T, B> optimizer_;
   std::unique_ptr<ThreadPool> pool_;
-  int steps_ = 0;
 };
 
 }  // namespace platipus

@@ -42,36 +42,51 @@ TaskBatch<T, B> slice_tasks(const TaskBatch<T, B>& batch, TaskRange r) {
           raw::slice(batch.query_y, 0, r.start, r.count)};
 }
 
-// Per-chunk gradient buffers, allocated by the calling thread, filled by the
-// workers, summed by the caller.
+// Per-chunk buffers for the gradients and the step statistics, allocated by
+// the calling thread, filled by the workers, summed by the caller.
 template <class T, class B>
-class ChunkGradients {
+class ChunkResults {
  public:
-  ChunkGradients(std::size_t chunks, std::span<const Shape> shapes) : buffers_(chunks) {
-    for (auto& chunk : buffers_)
-      for (const auto& s : shapes) chunk.emplace_back(s);
-  }
-
-  void store(std::size_t chunk, std::span<const Var<T, B>> grads) {
-    for (std::size_t i = 0; i < grads.size(); ++i) {
-      Tensor<T, B>& dst = buffers_[chunk][i];
-      check(dst.shape() == grads[i].shape(), "ChunkGradients", "gradient {} is {}, expected {}", i,
-            grads[i].shape(), dst.shape());
-      B::copy(dst.data(), grads[i].value().data(), dst.bytes());
+  ChunkResults(std::size_t chunks, std::span<const Shape> gradient_shapes) : buffers_(chunks) {
+    for (auto& chunk : buffers_) {
+      for (const auto& s : gradient_shapes) chunk.emplace_back(s);
+      chunk.emplace_back(Shape{3});  // step_statistics
     }
-    B::synchronize();  // the caller reads these after the worker returns
   }
 
-  // The sum over chunks, one tensor per parameter.
-  std::vector<Tensor<T, B>> sum() {
+  void store(std::size_t chunk, std::span<const Var<T, B>> grads, const Tensor<T, B>& statistics) {
+    auto& dst = buffers_[chunk];
+    check(grads.size() + 1 == dst.size(), "ChunkResults", "{} gradients, expected {}", grads.size(),
+          dst.size() - 1);
+    for (std::size_t i = 0; i < grads.size(); ++i) copy(dst[i], grads[i].value(), "gradient");
+    copy(dst.back(), statistics, "statistics");
+    // A worker's stream must finish before the caller reads; a single chunk
+    // runs on the caller's own stream and must not wait (a CUDA graph may be
+    // recording it).
+    if (buffers_.size() > 1) B::synchronize();
+  }
+
+  struct Total {
+    std::vector<Tensor<T, B>> gradients;
+    Tensor<T, B> statistics;
+  };
+  Total sum() {
     std::vector<Tensor<T, B>> total = std::move(buffers_[0]);
     for (std::size_t c = 1; c < buffers_.size(); ++c)
       for (std::size_t i = 0; i < total.size(); ++i)
-        total[i] = raw::map(BinaryOp::add, total[i], buffers_[c][i], "ChunkGradients::sum");
-    return total;
+        total[i] = raw::map(BinaryOp::add, total[i], buffers_[c][i], "ChunkResults::sum");
+    Tensor<T, B> statistics = std::move(total.back());
+    total.pop_back();
+    return {std::move(total), std::move(statistics)};
   }
 
  private:
+  static void copy(Tensor<T, B>& dst, const Tensor<T, B>& src, std::string_view what) {
+    check(dst.shape() == src.shape(), "ChunkResults", "{} is {}, expected {}", what, src.shape(),
+          dst.shape());
+    B::copy(dst.data(), src.data(), dst.bytes());
+  }
+
   std::vector<std::vector<Tensor<T, B>>> buffers_;
 };
 

@@ -43,7 +43,9 @@ struct AdamSettings {
 
 // Adam (Kingma & Ba, 2015) with bias correction (backend/layouts.hpp's
 // AdamStep), one fused in-place pass per parameter tensor: parameters keep
-// their buffers from step to step.
+// their buffers from step to step. The step number lives beside the moments
+// in backend memory and is advanced there, so a step never waits for the
+// device and a recorded step counts on when replayed (meta/graphed_step.hpp).
 template <class T, class B = cpu>
 class Adam {
  public:
@@ -57,6 +59,7 @@ class Adam {
         first_.push_back(Tensor<T, B>::zeros(p->shape()));
         second_.push_back(Tensor<T, B>::zeros(p->shape()));
       }
+      count_ = Tensor<T, B>::zeros(Shape{1});
     }
     check(first_.size() == params.size(), "Adam::step", "called with {} parameters after {}",
           params.size(), first_.size());
@@ -64,26 +67,25 @@ class Adam {
       check(params[i]->shape() == grads[i]->shape() && first_[i].shape() == grads[i]->shape(),
             "Adam::step", "parameter {} is {} but its gradient is {}", i, params[i]->shape(),
             grads[i]->shape());
-    ++steps_;
+    B::unary(UnaryOp::add_scalar, count_.data(), count_.data(), 1, T(1));
     const auto& s = settings_;
     const AdamStep<T> step{static_cast<T>(s.beta1), static_cast<T>(s.beta2),
-                           static_cast<T>(s.epsilon),
-                           static_cast<T>(s.learning_rate / (1 - std::pow(s.beta1, steps_))),
-                           static_cast<T>(1 - std::pow(s.beta2, steps_))};
+                           static_cast<T>(s.epsilon), static_cast<T>(s.learning_rate)};
     for (std::size_t i = 0; i < params.size(); ++i)
       if (params[i]->numel())
         B::adam(params[i]->data(), first_[i].data(), second_[i].data(), grads[i]->data(),
-                params[i]->numel(), step);
+                params[i]->numel(), step, count_.data());
   }
 
-  int steps() const { return steps_; }
+  // Steps taken so far (reads backend memory: on CUDA, waits for the device).
+  int steps() const { return first_.empty() ? 0 : static_cast<int>(count_.item()); }
   const AdamSettings& settings() const { return settings_; }
   AdamSettings& settings() { return settings_; }  // e.g. to decay the learning rate
 
  private:
   AdamSettings settings_;
   std::vector<Tensor<T, B>> first_, second_;
-  int steps_ = 0;
+  Tensor<T, B> count_;  // [1], the step number t
 };
 
 }  // namespace platipus::optim

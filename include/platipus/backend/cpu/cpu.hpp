@@ -77,8 +77,10 @@ struct cpu {
   }
 
   template <class T>
-  static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step) {
-    for (std::int64_t i = 0; i < n; ++i) step.apply(p[i], m[i], v[i], g[i]);
+  static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step,
+                   const T* t) {
+    const auto correction = step.at(*t);
+    for (std::int64_t i = 0; i < n; ++i) step.apply(correction, p[i], m[i], v[i], g[i]);
   }
 
   template <class T>

@@ -43,7 +43,8 @@ struct cuda {
   template <class T>
   static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n);
   template <class T>
-  static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step);
+  static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step,
+                   const T* t);
 
   // ---- reductions ----
   template <class T>

@@ -87,9 +87,11 @@ __global__ void axpy_kernel(const T* a, const T* b, T* y, std::int64_t n, T s) {
 }
 
 template <class T>
-__global__ void adam_kernel(T* p, T* m, T* v, const T* g, std::int64_t n, AdamStep<T> step) {
+__global__ void adam_kernel(T* p, T* m, T* v, const T* g, std::int64_t n, AdamStep<T> step,
+                            const T* t) {
+  const auto correction = step.at(*t);
   for (std::int64_t i = thread_index(); i < n; i += thread_count())
-    step.apply(p[i], m[i], v[i], g[i]);
+    step.apply(correction, p[i], m[i], v[i], g[i]);
 }
 
 template <class T>
@@ -250,8 +252,8 @@ void cuda::axpy(const T* a, const T* b, T* y, std::int64_t n, T s) {
 }
 
 template <class T>
-void cuda::adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step) {
-  cuda_kernels::launch("cuda::adam", n, cuda_kernels::adam_kernel<T>, p, m, v, g, n, step);
+void cuda::adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step, const T* t) {
+  cuda_kernels::launch("cuda::adam", n, cuda_kernels::adam_kernel<T>, p, m, v, g, n, step, t);
 }
 
 template <class T>
