@@ -1,12 +1,15 @@
 // One meta-step of second-order MAML and of PLATIPUS on the CUDA backend:
-// the workloads of meta_step.cpp (and of peers/meta_step.py --device cuda),
-// with the number of host threads that run chunks of the meta-batch, each
-// on its own stream, as the argument. For networks this small a step costs
-// kernel launches, not arithmetic: fewer chunks mean fewer launches, more
-// chunks mean more threads launching at once.
+// the workloads of meta_step.cpp (and of peers/meta_step.py --device cuda).
+// Eager steps take the number of host threads that run chunks of the
+// meta-batch, each on its own stream, as the argument; for networks this
+// small a step costs kernel launches, not arithmetic: fewer chunks mean
+// fewer launches, more chunks mean more threads launching at once. The
+// *_graph benchmarks replay the step recorded as one CUDA graph
+// (meta/graphed_step.hpp), the batch copied in each time.
 #include <benchmark/benchmark.h>
 
 #include "platipus/backend/cuda/cuda.hpp"
+#include "platipus/meta/graphed_step.hpp"
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
@@ -75,6 +78,52 @@ BENCHMARK(cuda_platipus_sinusoid<paper_network>)
     ->Arg(1)
     ->Arg(4)
     ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Replays of a recorded step, each waited for as the eager steps are.
+template <class Learner>
+void replay(benchmark::State& state, Learner& learner, Generator& gen) {
+  const auto batch = sinusoid_batch(gen);
+  GraphedMetaStep step(learner, batch, gen);
+  for (auto _ : state) {
+    step.step(batch);
+    cuda::synchronize();
+  }
+  state.counters["graph_nodes"] = static_cast<double>(step.nodes());
+}
+
+void cuda_maml_sinusoid_graph(benchmark::State& state) {
+  Generator gen(1);
+  Maml<nn::Sequential, MseLoss, float, cuda> maml(small_network(), MseLoss{},
+                                                  {.inner_steps = 5,
+                                                   .inner_learning_rate = 0.01,
+                                                   .first_order = state.range(0) == 1,
+                                                   .threads = 1},
+                                                  gen);
+  replay(state, maml, gen);
+  state.SetLabel(state.range(0) ? "first order" : "second order");
+}
+BENCHMARK(cuda_maml_sinusoid_graph)
+    ->ArgName("first_order")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+template <nn::Sequential (*Network)()>
+void cuda_platipus_sinusoid_graph(benchmark::State& state) {
+  Generator gen(2);
+  Platipus<nn::Sequential, MseLoss, float, cuda> model(
+      Network(), MseLoss{}, {.inner_steps = 5, .inner_learning_rate = 0.01, .threads = 1}, gen);
+  replay(state, model, gen);
+}
+BENCHMARK(cuda_platipus_sinusoid_graph<small_network>)
+    ->Name("cuda_platipus_sinusoid_graph/1-40-40-1")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(cuda_platipus_sinusoid_graph<paper_network>)
+    ->Name("cuda_platipus_sinusoid_graph/paper_network")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

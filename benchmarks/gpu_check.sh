@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks on a GPU machine, in one run of a few minutes:
-# tool versions, a Release build with CUDA, the cuda-labelled tests, the GPU
-# benchmark, and the PyTorch / JAX peers on the same workloads. Run from the
-# repository root with OUT set to an output folder:
+# tool versions, a Release build with CUDA, the cuda-labelled tests, short
+# runs of the examples' CUDA builds, the GPU benchmark, and the PyTorch / JAX
+# peers on the same workloads. Run from the repository root with OUT set to
+# an output folder:
 #
 #   OUT=/tmp/gpu-check benchmarks/gpu_check.sh
 #
 # Writes $OUT/summary.txt and the raw logs beside it (build.log, ctest.log,
-# benchmark.log, benchmark.json, peers.log, peers.jsonl). Every step has a
-# time limit inside an overall deadline (DEADLINE seconds, default 540), so
-# the script ends in time even when a step hangs; a failed step is reported
-# and the next one still runs where it can.
+# examples.log and examples/, benchmark.log, benchmark.json, peers.log,
+# peers.jsonl). Every step has a time limit inside an overall deadline
+# (DEADLINE seconds, default 540), so the script ends in time even when a
+# step hangs; a failed step is reported and the next one still runs where it
+# can.
 set -uo pipefail
 
 : "${OUT:?set OUT to an output folder}"
@@ -78,18 +80,25 @@ say ""
 say "== configure and build (CUDA architectures $ARCH, -j$JOBS)"
 configure() {
   run 120 "$OUT/build.log" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPLATIPUS_WITH_CUDA=ON \
-    -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DPLATIPUS_BUILD_EXAMPLES=OFF \
-    -DPLATIPUS_BUILD_BENCHMARKS="$1"
+    -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DPLATIPUS_BUILD_EXAMPLES="$1" \
+    -DPLATIPUS_BUILD_BENCHMARKS="$2"
 }
-# Google Benchmark is optional here: without it only the GPU benchmark is lost.
+# Google Benchmark and CLI11 are optional here: without them only the GPU
+# benchmark or the examples' CUDA runs are lost.
+examples=ON
 bench=ON
-targets=(platipus_cuda_tests platipus_cuda_benchmarks)
-if ! configure ON; then
-  bench=OFF
-  targets=(platipus_cuda_tests)
-  say "  configuring again without the benchmarks"
-  configure OFF
+if ! configure ON ON; then
+  examples=OFF
+  say "  configuring again without the examples"
+  if ! configure OFF ON; then
+    bench=OFF
+    say "  configuring again without the benchmarks"
+    configure OFF OFF
+  fi
 fi
+targets=(platipus_cuda_tests)
+[[ $bench == ON ]] && targets+=(platipus_cuda_benchmarks)
+[[ $examples == ON ]] && targets+=(sine_line_cuda circles_cuda active_learning_cuda)
 built=no
 if run 360 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}"; then
   built=yes
@@ -104,6 +113,17 @@ if [[ $built == yes ]]; then
   run 240 "$OUT/ctest.log" ctest --test-dir "$BUILD" -L cuda --output-on-failure
   grep -E 'tests passed|tests failed|Skipped|Failed|Passed|test cases|assertions' "$OUT/ctest.log" | sed 's/^/  /' |
     tee -a "$SUMMARY" >/dev/null
+
+  if [[ $examples == ON ]]; then
+    say ""
+    say "== the examples on platipus::cuda (--quick, 50 steps)"
+    for example in sine_line circles; do
+      run 60 "$OUT/examples.log" "$BUILD/examples/${example}_cuda" --quick --steps 50 --eval-tasks 50 --no-plot \
+        --out "$OUT/examples/$example"
+    done
+    run 60 "$OUT/examples.log" "$BUILD/examples/active_learning_cuda" --eval-only \
+      --checkpoint "$OUT/examples/sine_line/checkpoint.bin" --tasks 20 --no-plot --out "$OUT/examples/active_learning"
+  fi
 
   if [[ $bench == ON ]]; then
     say ""
@@ -126,7 +146,7 @@ done
 grep '^{"framework"' "$OUT/peers.log" >"$OUT/peers.jsonl"
 
 say ""
-say "== meta-step times, ms (median for peers; mean for platipus, per thread count)"
+say "== meta-step times, ms (median for peers; mean for platipus, per thread count and replayed as a CUDA graph)"
 "$PYTHON" - "$OUT" <<'PY' 2>&1 | tee -a "$SUMMARY"
 import json, os, sys
 out = sys.argv[1]
@@ -143,7 +163,8 @@ for b in benchmarks:
         continue
     threads = next((p.split(":")[1] for p in name.split("/") if p.startswith("threads:")), "?")
     key = ("maml", "small") if "maml" in name else ("platipus", "paper" if "paper" in name else "small")
-    rows.setdefault(key, {})[f"platipus::cuda {threads} threads"] = b["real_time"]
+    label = "platipus::cuda graph" if "_graph" in name else f"platipus::cuda {threads} threads"
+    rows.setdefault(key, {})[label] = b["real_time"]
 path = os.path.join(out, "peers.jsonl")
 if os.path.exists(path):
     for line in open(path):

@@ -23,7 +23,7 @@ find_package(CUDAToolkit REQUIRED)
 # compiler). It uses the static CUDA runtime, as CMake links programs with
 # CUDA code by default, so that a program has one runtime, which it shares
 # with the library when it calls the runtime itself.
-add_library(platipus_cuda STATIC src/cuda/kernels.cu src/cuda/runtime.cpp)
+add_library(platipus_cuda STATIC src/cuda/kernels.cu src/cuda/runtime.cpp src/cuda/graph.cpp)
 add_library(platipus::cuda ALIAS platipus_cuda)
 set_target_properties(platipus_cuda PROPERTIES EXPORT_NAME cuda POSITION_INDEPENDENT_CODE ON)
 target_compile_features(platipus_cuda PUBLIC cxx_std_20)
@@ -44,7 +44,7 @@ function(platipus_cuda_programs)
   if(PLATIPUS_BUILD_TESTS)
     find_package(Catch2 REQUIRED)
     set(dir ${PROJECT_SOURCE_DIR}/tests/cuda)
-    add_executable(platipus_cuda_tests ${dir}/main.cpp ${dir}/backend_test.cpp ${dir}/ops_test.cpp ${dir}/meta_test.cpp)
+    add_executable(platipus_cuda_tests ${dir}/main.cpp ${dir}/backend_test.cpp ${dir}/ops_test.cpp ${dir}/meta_test.cpp ${dir}/graph_test.cpp)
     # The tests' own main checks for a device, so both Catch2 versions link without theirs.
     target_link_libraries(platipus_cuda_tests PRIVATE platipus::cuda platipus_project_flags Catch2::Catch2)
     set_target_properties(platipus_cuda_tests PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)

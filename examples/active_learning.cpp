@@ -25,9 +25,9 @@ struct Protocol {
   double region_low = -5, region_high = -3;  // where the initial points come from
 };
 
-Tensor<float> column(const std::vector<float>& values, long tasks) {
-  return Tensor<float>::from_host({tasks, static_cast<std::int64_t>(values.size()) / tasks, 1},
-                                  values);
+Tensor<float, ExampleBackend> column(const std::vector<float>& values, long tasks) {
+  return Tensor<float, ExampleBackend>::from_host(
+      {tasks, static_cast<std::int64_t>(values.size()) / tasks, 1}, values);
 }
 
 std::vector<float> evenly(long n) {

@@ -17,7 +17,7 @@ using namespace examples;
 namespace {
 
 using CircleLearners = Learners<BceWithLogitsLoss>;
-using Sampler = data::CirclesSampler<float>;
+using Sampler = data::CirclesSampler<float, ExampleBackend>;
 constexpr long grid_side = 60;
 
 struct Options : TrainingOptions {
@@ -95,7 +95,7 @@ nlohmann::json figure7(const CircleLearners& learners, long samples, std::uint64
   for (int k = 0; k < 4; ++k) {
     const auto circle = sampler.draw_circle(gen);
     const auto batch = sampler.sample(std::span(&circle, 1), gen);
-    const auto gx = Tensor<float>::from_host({1, grid_side * grid_side, 2}, grid);
+    const auto gx = Tensor<float, ExampleBackend>::from_host({1, grid_side * grid_side, 2}, grid);
     const auto maml =
         learners.maml.predict(learners.maml.adapt_to(batch.support_x, batch.support_y, gen), gx)
             .to_vector();

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "backend.hpp"
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
 #include "platipus/platipus.hpp"
@@ -224,8 +225,8 @@ struct TrainingOptions {
 // initial weights.
 template <class Loss>
 struct Learners {
-  using MamlLearner = platipus::Maml<platipus::nn::Sequential, Loss>;
-  using PlatipusLearner = platipus::Platipus<platipus::nn::Sequential, Loss>;
+  using MamlLearner = platipus::Maml<platipus::nn::Sequential, Loss, float, ExampleBackend>;
+  using PlatipusLearner = platipus::Platipus<platipus::nn::Sequential, Loss, float, ExampleBackend>;
 
   static Learners make(const platipus::nn::Sequential& network, const TrainingOptions& o) {
     platipus::Generator maml_init(o.seed), platipus_init(o.seed);

@@ -9,7 +9,7 @@ namespace examples {
 
 using platipus::Generator;
 using RegressionLearners = Learners<platipus::MseLoss>;
-using Sampler = platipus::data::SinusoidLineSampler<float>;
+using Sampler = platipus::data::SinusoidLineSampler<float, ExampleBackend>;
 
 struct RegressionOptions : TrainingOptions {
   long support = 5;  // K: 5-shot regression

@@ -64,10 +64,10 @@ nlohmann::json panel(const RegressionLearners& learners, const data::SineLineFun
                      const std::vector<float>& xs, const std::vector<float>& ys, long samples,
                      Generator& gen) {
   const auto k = static_cast<std::int64_t>(xs.size());
-  const auto sx = Tensor<float>::from_host({1, k, 1}, xs),
-             sy = Tensor<float>::from_host({1, k, 1}, ys);
+  const auto sx = Tensor<float, ExampleBackend>::from_host({1, k, 1}, xs),
+             sy = Tensor<float, ExampleBackend>::from_host({1, k, 1}, ys);
   const auto grid = linspace(-5, 5, grid_points);
-  const auto gx = Tensor<float>::from_host({1, grid_points, 1}, grid);
+  const auto gx = Tensor<float, ExampleBackend>::from_host({1, grid_points, 1}, grid);
   std::vector<double> truth;
   for (float x : grid) truth.push_back(f(x));
   const auto maml = learners.maml.predict(learners.maml.adapt_to(sx, sy, gen), gx).to_vector();

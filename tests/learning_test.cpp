@@ -242,6 +242,35 @@ TEST_CASE("PLATIPUS anneals its KL weight linearly when asked", "[platipus]") {
   CHECK(plain.current_kl_weight() == 2.0);
 }
 
+TEST_CASE("a meta-step's statistics on the backend are the ones meta_train_step reports",
+          "[maml][platipus][statistics]") {
+  Generator data(15);
+  const auto batch = Sampler({.support = 5, .query = 5}).sample(6, data);
+  auto compare = [&](auto eager, auto deferred, bool has_kl) {
+    Generator eager_gen(16), deferred_gen(16);
+    for (int step = 0; step < 2; ++step) {
+      const MetaStepResult expected = eager.meta_train_step(batch, eager_gen);
+      const Tensor<float> statistics = deferred.meta_train_step_async(batch, deferred_gen);
+      REQUIRE(statistics.shape() == Shape{3});
+      const MetaStepResult actual = MetaStepResult::read(statistics);
+      CHECK(actual.query_loss == expected.query_loss);
+      CHECK(actual.support_loss == expected.support_loss);
+      CHECK(actual.kl == expected.kl);
+      CHECK(expected.query_loss > 0);
+      CHECK((expected.kl > 0) == has_kl);
+    }
+    CHECK(deferred.state()[0].second->to_vector() == eager.state()[0].second->to_vector());
+  };
+  // Three threads: the chunks' statistics add up like their gradients.
+  Generator a(17), b(17), c(18), d(18);
+  compare(Maml<nn::Sequential, MseLoss>(small_network(), MseLoss{}, {.threads = 3}, a),
+          Maml<nn::Sequential, MseLoss>(small_network(), MseLoss{}, {.threads = 3}, b), false);
+  compare(PlatipusModel(small_network(), MseLoss{}, {.threads = 3}, c),
+          PlatipusModel(small_network(), MseLoss{}, {.threads = 3}, d), true);
+  CHECK_THROWS_WITH(MetaStepResult::read(Tensor<float>::zeros({2})),
+                    Catch::Contains("MetaStepResult::read") && Catch::Contains("[2]"));
+}
+
 TEST_CASE("meta-learners reject malformed task batches", "[maml][errors]") {
   Generator gen(10);
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, {.threads = 1}, gen);

@@ -1,5 +1,5 @@
 // The kernel-launching members of platipus::cuda, instantiated for the two
-// value types the library computes in.
+// value types the library computes in, and CudaGraph's salt update.
 #include "platipus/backend/cuda/kernels.cuh"
 
 namespace platipus {
@@ -21,5 +21,9 @@ namespace platipus {
 PLATIPUS_INSTANTIATE(float)
 PLATIPUS_INSTANTIATE(double)
 #undef PLATIPUS_INSTANTIATE
+
+void detail::advance_graph_salt(std::uint64_t* salt) {
+  cuda_kernels::launch("advance_graph_salt", 1, cuda_kernels::advance_salt_kernel, salt);
+}
 
 }  // namespace platipus

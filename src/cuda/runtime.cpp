@@ -9,7 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "platipus/backend/block_cache.hpp"
+#include "device_memory.hpp"
 #include "platipus/backend/cuda/cuda.hpp"
 #include "platipus/backend/cuda/status.hpp"
 #include "platipus/core/error.hpp"
@@ -23,15 +23,7 @@ void throw_cuda_error(cudaError_t status, const char* call) {
   fail(call, "{} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
 }
 
-}  // namespace detail
-
-namespace {
-
-void check_cublas(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS) fail(call, "{}", cublasGetStatusString(status));
-}
-
-void* raw_allocate(std::size_t bytes) {
+void* raw_device_allocate(std::size_t bytes) {
   void* p = nullptr;
   if (const cudaError_t status = cudaMalloc(&p, bytes); status != cudaSuccess) {
     cudaGetLastError();  // reset, as throw_cuda_error does
@@ -40,14 +32,26 @@ void* raw_allocate(std::size_t bytes) {
   return p;
 }
 
-// Only the cache's destructor frees, at thread exit, which cannot throw. At
-// process exit the runtime may already be unloading (cudaErrorCudartUnloading)
-// and has reclaimed the memory itself, so the status is ignored.
-void raw_free(void* p) {
+// Only caches' destructors free, at thread exit or when a graph goes, which
+// cannot throw. At process exit the runtime may already be unloading
+// (cudaErrorCudartUnloading) and has reclaimed the memory itself, so the
+// status is ignored.
+void raw_device_free(void* p) {
   cudaFree(p);
 }
 
-using Cache = detail::BlockCache<&raw_allocate, &raw_free>;
+DeviceCache*& recording_pool() {
+  thread_local DeviceCache* pool = nullptr;
+  return pool;
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) fail(call, "{}", cublasGetStatusString(status));
+}
 
 // The calling thread's cuBLAS handle, bound to its stream.
 cublasHandle_t blas() {
@@ -61,7 +65,7 @@ cublasHandle_t blas() {
         check_cublas(status, "cublasSetStream");
       }
     }
-    ~Handle() { cublasDestroy(handle); }  // at thread exit; see raw_free
+    ~Handle() { cublasDestroy(handle); }  // at thread exit; see raw_device_free
   };
   thread_local Handle h;
   return h.handle;
@@ -75,11 +79,18 @@ int blas_int(std::int64_t value) {
 
 }  // namespace
 
+namespace {
+detail::DeviceCache& thread_cache() {
+  detail::DeviceCache* pool = detail::recording_pool();
+  return pool ? *pool : detail::DeviceCache::local();
+}
+}  // namespace
+
 void* cuda::allocate(std::size_t bytes) {
-  return Cache::local().allocate(bytes);
+  return thread_cache().allocate(bytes);
 }
 void cuda::deallocate(void* p, std::size_t bytes) {
-  Cache::local().deallocate(p, bytes);
+  thread_cache().deallocate(p, bytes);
 }
 
 void cuda::copy(void* dst, const void* src, std::size_t bytes) {

@@ -125,11 +125,14 @@ class Generator {
   T normal() {
     return PhiloxDraw<T>::normal(philox4x32_10(seed_, reserve<T>(1), stream_), 0);
   }
+  // 64 uniformly random bits.
+  std::uint64_t bits() {
+    const PhiloxBlock b = philox4x32_10(seed_, counter_++, stream_);
+    return static_cast<std::uint64_t>(b[0]) << 32 | b[1];
+  }
   // Uniform integer in [0, n).
   std::int64_t index(std::int64_t n) {
-    const PhiloxBlock b = philox4x32_10(seed_, counter_++, stream_);
-    const std::uint64_t bits = static_cast<std::uint64_t>(b[0]) << 32 | b[1];
-    return static_cast<std::int64_t>(bits % static_cast<std::uint64_t>(n));
+    return static_cast<std::int64_t>(bits() % static_cast<std::uint64_t>(n));
   }
 
  private:

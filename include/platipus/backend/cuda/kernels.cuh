@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "platipus/backend/cuda/cuda.hpp"
+#include "platipus/backend/cuda/graph.hpp"
 #include "platipus/backend/cuda/status.hpp"
 #include "platipus/core/philox.hpp"
 
@@ -205,11 +206,14 @@ __global__ void scatter_add_kernel(const T* src, const std::int64_t* index, T* d
 }
 
 // One thread per Philox block: element i reads block first_block + i / per_block,
-// lane i % per_block, exactly as the CPU backend does.
+// lane i % per_block, exactly as the CPU backend does. Inside a graph
+// recording, `salt` (device memory the graph advances after each replay) is
+// mixed into the stream; elsewhere it is null.
 template <class T, bool Normal>
 __global__ void philox_kernel(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
-                              std::uint64_t first_block) {
+                              std::uint64_t first_block, const std::uint64_t* salt) {
   constexpr int per_block = PhiloxDraw<T>::per_block;
+  if (salt) stream ^= *salt;
   const std::int64_t blocks = (n + per_block - 1) / per_block;
   for (std::int64_t b = thread_index(); b < blocks; b += thread_count()) {
     const PhiloxBlock bits =
@@ -218,6 +222,11 @@ __global__ void philox_kernel(T* y, std::int64_t n, std::uint64_t seed, std::uin
       y[b * per_block + lane] =
           Normal ? PhiloxDraw<T>::normal(bits, lane) : PhiloxDraw<T>::uniform(bits, lane);
   }
+}
+
+__global__ void advance_salt_kernel(std::uint64_t* salt) {
+  const PhiloxBlock b = philox4x32_10(*salt, 0, 0x243f6a8885a308d3ull);
+  *salt = static_cast<std::uint64_t>(b[0]) << 32 | b[1];
 }
 
 }  // namespace platipus::cuda_kernels
@@ -307,7 +316,7 @@ void cuda::fill_uniform(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t 
                         std::uint64_t block) {
   const std::int64_t blocks = (n + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block;
   cuda_kernels::launch("cuda::fill_uniform", blocks, cuda_kernels::philox_kernel<T, false>, y, n,
-                       seed, stream, block);
+                       seed, stream, block, detail::graph_random_salt());
 }
 
 template <class T>
@@ -315,7 +324,7 @@ void cuda::fill_normal(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t s
                        std::uint64_t block) {
   const std::int64_t blocks = (n + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block;
   cuda_kernels::launch("cuda::fill_normal", blocks, cuda_kernels::philox_kernel<T, true>, y, n,
-                       seed, stream, block);
+                       seed, stream, block, detail::graph_random_salt());
 }
 
 }  // namespace platipus

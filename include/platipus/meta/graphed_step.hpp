@@ -1,0 +1,106 @@
+// GraphedMetaStep: a meta-learner's training step on the CUDA backend,
+// recorded once as a CUDA graph (backend/cuda/graph.hpp) and replayed for
+// every later meta-batch of the same shapes; the role of PyTorch's
+// torch.cuda.graphs.make_graphed_callables for a whole training step. All
+// tasks, the inner loop, the meta-gradient through it and the Adam update
+// run as one launch.
+//
+//   GraphedMetaStep step(platipus, sampler.sample(25, gen), gen);
+//   for (...) step.step(sampler.sample(25, gen));   // queued, not waited for
+//   step.statistics();                              // the latest step's
+//
+// Construction runs one ordinary meta-step on the batch (the warm-up, which
+// makes what a learner creates on first use: the optimiser's moments, the
+// thread's cuBLAS handle), then records a second one without running it.
+// Each step() copies the batch into the recording's inputs and replays.
+//
+// What a recording fixes: the batch's shapes, every host-side setting (the
+// inner step size, the KL weight, the optimiser's learning rate) and the
+// learner's buffers. Replacing the meta-parameters (set_state, a checkpoint
+// load) makes step() throw; record a new GraphedMetaStep. Random draws
+// (PLATIPUS's eps, MAML + noise) are fresh on every replay, from a salt the
+// generator seeds, but are not the numbers an eager step would draw. A
+// learner says why it cannot be recorded through replay_obstacle(): more
+// than one thread, or a KL weight still ramping up. Losses that read labels
+// on the host (softmax cross-entropy) fail while recording, with a
+// platipus::error naming the CUDA call.
+#pragma once
+
+#include <concepts>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "platipus/backend/cuda/cuda.hpp"
+#include "platipus/backend/cuda/graph.hpp"
+#include "platipus/meta/concepts.hpp"
+#include "platipus/meta/step_statistics.hpp"
+
+namespace platipus {
+
+// What GraphedMetaStep needs of a learner; Maml and Platipus provide it.
+template <class L, class T>
+concept ReplayableLearner = requires(L& learner, const L& view, const TaskBatch<T, cuda>& batch,
+                                     Generator& gen) {
+  { learner.meta_train_step_async(batch, gen) } -> std::same_as<Tensor<T, cuda>>;
+  { view.replay_obstacle() } -> std::convertible_to<std::string>;
+  {view.state()};  // the meta-parameters by name, as (name, const Tensor*) pairs
+};
+
+template <class Learner, class T>
+requires ReplayableLearner<Learner, T>
+class GraphedMetaStep {
+ public:
+  GraphedMetaStep(Learner& learner, const TaskBatch<T, cuda>& batch, Generator& gen)
+      : learner_(learner) {
+    const std::string obstacle = learner.replay_obstacle();
+    check(obstacle.empty(), "GraphedMetaStep", "this learner's meta-step cannot be recorded: {}",
+          obstacle);
+    batch.validate("GraphedMetaStep");
+    const Tensor<T, cuda> warm_up = learner_.meta_train_step_async(batch, gen);
+    inputs_ = {batch.support_x.clone(), batch.support_y.clone(), batch.query_x.clone(),
+               batch.query_y.clone()};
+    for (const auto& part : learner_.state()) buffers_.push_back(part.second->data());
+    graph_ = std::make_unique<CudaGraph>(gen.bits());
+    graph_->record([&] { statistics_ = learner_.meta_train_step_async(inputs_, gen); });
+    cuda::copy(statistics_.data(), warm_up.data(), warm_up.bytes());
+  }
+
+  // One meta-step on `batch`, queued on the calling thread's stream.
+  void step(const TaskBatch<T, cuda>& batch) {
+    const Tensor<T, cuda>* from[] = {&batch.support_x, &batch.support_y, &batch.query_x,
+                                     &batch.query_y};
+    Tensor<T, cuda>* to[] = {&inputs_.support_x, &inputs_.support_y, &inputs_.query_x,
+                             &inputs_.query_y};
+    for (std::size_t i = 0; i < std::size(from); ++i)
+      check(from[i]->shape() == to[i]->shape(), "GraphedMetaStep::step",
+            "{} is {}, but the recording's is {}", names[i], from[i]->shape(), to[i]->shape());
+    std::size_t i = 0;
+    for (const auto& part : learner_.state())
+      check(i < buffers_.size() && part.second->data() == buffers_[i++], "GraphedMetaStep::step",
+            "the learner's {} was replaced after recording; record a new GraphedMetaStep",
+            part.first);
+    for (std::size_t k = 0; k < std::size(from); ++k)
+      cuda::copy(to[k]->data(), from[k]->data(), to[k]->bytes());
+    graph_->replay();
+  }
+
+  // The latest step's statistics (waits for it).
+  MetaStepResult statistics() const { return MetaStepResult::read(statistics_); }
+
+  // Kernels, copies and other nodes in the recording.
+  std::size_t nodes() const { return graph_->nodes(); }
+
+ private:
+  static constexpr const char* names[] = {"support x", "support y", "query x", "query y"};
+
+  Learner& learner_;
+  TaskBatch<T, cuda> inputs_;
+  std::vector<const T*> buffers_;  // the meta-parameters' storage at recording
+  std::unique_ptr<CudaGraph> graph_;
+  // Made while recording, from the graph's pool: it must leave (for the
+  // thread's cache) before the graph frees its pool.
+  Tensor<T, cuda> statistics_;
+};
+
+}  // namespace platipus

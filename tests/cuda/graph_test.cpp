@@ -1,0 +1,157 @@
+// Recorded meta-steps (meta/graphed_step.hpp): a replayed MAML step is the
+// eager step, replays of PLATIPUS draw fresh noise and otherwise are the
+// eager step, and what cannot be recorded or replayed says why.
+#include "parity.hpp"
+#include "platipus/meta/graphed_step.hpp"
+
+using namespace platipus;
+using Catch::Contains;
+using parity::check_close;
+
+namespace {
+
+nn::Sequential small_network() {
+  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
+}
+
+template <class T, class B = cpu>
+TaskBatch<T, B> sinusoid_batch(std::uint64_t seed, std::int64_t tasks = 25) {
+  Generator gen(seed);
+  return data::SinusoidLineSampler<T, B>({.support = 10, .query = 10}).sample(tasks, gen);
+}
+
+template <class T>
+TaskBatch<T, cuda> on_device(const TaskBatch<T>& b) {
+  return {b.support_x.template to<cuda>(), b.support_y.template to<cuda>(),
+          b.query_x.template to<cuda>(), b.query_y.template to<cuda>()};
+}
+
+}  // namespace
+
+TEST_CASE("a recorded fill draws fresh normal numbers on every replay", "[cuda][graph]") {
+  CudaGraph graph(42);
+  Tensor<float, cuda> draws;  // from the graph's pool: declared after the graph, freed before it
+  Generator gen(1);
+  graph.record([&] { draws = raw::normal<float, cuda>({1 << 16}, gen); });
+  graph.replay();
+  const auto first = draws.to_vector();
+  graph.replay();
+  const auto second = draws.to_vector();
+  CHECK(first != second);
+  for (const auto& values : {first, second}) {
+    double mean = 0, square = 0;
+    for (float v : values) mean += v, square += double(v) * v;
+    mean /= static_cast<double>(values.size());
+    square /= static_cast<double>(values.size());
+    CHECK(std::abs(mean) < 0.02);
+    CHECK(std::abs(square - 1) < 0.03);
+  }
+}
+
+TEST_CASE("replayed MAML meta-steps match eager meta-steps on the CPU backend", "[cuda][graph]") {
+  const MamlSettings settings{.inner_steps = 5, .inner_learning_rate = 0.01, .threads = 1};
+  Generator host_init(1), device_init(1);
+  Maml<nn::Sequential, MseLoss, double, cpu> host(small_network(), MseLoss{}, settings, host_init);
+  Maml<nn::Sequential, MseLoss, double, cuda> device(small_network(), MseLoss{}, settings,
+                                                     device_init);
+  Generator host_gen(2), device_gen(2);
+  MetaStepResult expected = host.meta_train_step(sinusoid_batch<double>(10), host_gen);
+  GraphedMetaStep step(device, on_device(sinusoid_batch<double>(10)), device_gen);
+  CHECK(step.statistics().query_loss == Approx(expected.query_loss).epsilon(1e-9));
+  CHECK(step.nodes() > 100);  // every op of the step, not a launch per step
+  for (std::uint64_t k = 11; k < 14; ++k) {
+    const auto batch = sinusoid_batch<double>(k);
+    expected = host.meta_train_step(batch, host_gen);
+    step.step(on_device(batch));
+  }
+  check_close(host.parameters(), device.parameters(), 1e-9, "parameters after four meta-steps");
+  const MetaStepResult actual = step.statistics();
+  CHECK(actual.query_loss == Approx(expected.query_loss).epsilon(1e-9));
+  CHECK(actual.support_loss == Approx(expected.support_loss).epsilon(1e-9));
+}
+
+TEST_CASE("replayed PLATIPUS meta-steps draw fresh noise and are otherwise the eager step",
+          "[cuda][graph]") {
+  Generator init(3), gen(4);
+  SECTION("with the meta-parameters frozen, two replays on one batch differ only by the noise") {
+    Platipus<nn::Sequential, MseLoss, float, cuda> model(
+        small_network(), MseLoss{},
+        {.inner_learning_rate = 0.01, .meta_optimizer = {.learning_rate = 0}, .threads = 1}, init);
+    const auto batch = sinusoid_batch<float, cuda>(5);
+    GraphedMetaStep step(model, batch, gen);
+    const auto before = model.part(decltype(model)::mu_theta).to_vector();
+    step.step(batch);
+    const MetaStepResult a = step.statistics();
+    step.step(batch);
+    const MetaStepResult b = step.statistics();
+    CHECK(model.part(decltype(model)::mu_theta).to_vector() == before);
+    CHECK(std::isfinite(a.query_loss));
+    CHECK(a.query_loss != b.query_loss);
+    CHECK(a.kl == Approx(b.kl).epsilon(1e-5));  // KL does not depend on eps
+    CHECK(model.steps() == 3);                  // the warm-up and two replays
+  }
+  SECTION("with a negligible posterior variance, replays match eager steps on the CPU") {
+    // v_q = 1e-24 scales the noise to 1e-12: what remains is the deterministic
+    // rest of Algorithm 1, the KL term and Adam on all five parts.
+    const PlatipusSettings settings{
+        .inner_learning_rate = 0.01, .initial_posterior_variance = 1e-24, .threads = 1};
+    Generator host_init(3), host_gen(4);
+    Platipus<nn::Sequential, MseLoss, double, cpu> host(small_network(), MseLoss{}, settings,
+                                                        host_init);
+    Platipus<nn::Sequential, MseLoss, double, cuda> device(small_network(), MseLoss{}, settings,
+                                                           init);
+    host.meta_train_step(sinusoid_batch<double>(20), host_gen);
+    GraphedMetaStep step(device, on_device(sinusoid_batch<double>(20)), gen);
+    MetaStepResult expected;
+    for (std::uint64_t k = 21; k < 24; ++k) {
+      const auto batch = sinusoid_batch<double>(k);
+      expected = host.meta_train_step(batch, host_gen);
+      step.step(on_device(batch));
+    }
+    using Host = decltype(host);
+    using Device = decltype(device);
+    for (int part = 0; part < Host::part_count; ++part)
+      check_close(host.part(static_cast<Host::Part>(part)),
+                  device.part(static_cast<Device::Part>(part)), 1e-6,
+                  std::string(Host::part_names[part]));
+    CHECK(step.statistics().query_loss == Approx(expected.query_loss).epsilon(1e-6));
+    CHECK(step.statistics().kl == Approx(expected.kl).epsilon(1e-6));
+    CHECK(device.steps() == 4);
+  }
+}
+
+TEST_CASE("what cannot be recorded or replayed throws platipus::error saying why",
+          "[cuda][graph][errors]") {
+  Generator init(6), gen(7);
+  const auto batch = sinusoid_batch<float, cuda>(8);
+  SECTION("several threads") {
+    Maml<nn::Sequential, MseLoss, float, cuda> maml(small_network(), MseLoss{}, {.threads = 2},
+                                                    init);
+    CHECK_THROWS_WITH(GraphedMetaStep(maml, batch, gen),
+                      Contains("GraphedMetaStep") && Contains("threads = 2"));
+  }
+  SECTION("a KL weight that still ramps up") {
+    Platipus<nn::Sequential, MseLoss, float, cuda> model(
+        small_network(), MseLoss{}, {.kl_anneal_steps = 10, .threads = 1}, init);
+    CHECK_THROWS_WITH(GraphedMetaStep(model, batch, gen), Contains("KL weight"));
+  }
+  SECTION("a batch of another shape, and meta-parameters replaced after recording") {
+    Maml<nn::Sequential, MseLoss, float, cuda> maml(small_network(), MseLoss{}, {.threads = 1},
+                                                    init);
+    GraphedMetaStep step(maml, batch, gen);
+    CHECK_THROWS_WITH(
+        step.step(sinusoid_batch<float, cuda>(9, 24)),
+        Contains("GraphedMetaStep::step") && Contains("support x") && Contains("[24, 10, 1]"));
+    maml.set_parameters(maml.parameters().clone());
+    CHECK_THROWS_WITH(step.step(batch), Contains("theta") && Contains("replaced"));
+  }
+  SECTION("a loss that reads its labels on the host; the thread works eagerly afterwards") {
+    Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(
+        nn::mlp({.inputs = 2, .hidden = {8}, .outputs = 2}), SoftmaxCrossEntropyLoss{},
+        {.threads = 1}, init);
+    const auto circles = data::CirclesSampler<float, cuda>(data::CirclesSettings{}).sample(4, gen);
+    CHECK_THROWS_AS(GraphedMetaStep(maml, circles, gen), platipus::error);
+    const MetaStepResult eager = maml.meta_train_step(circles, gen);
+    CHECK(std::isfinite(eager.query_loss));
+  }
+}
