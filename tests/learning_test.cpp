@@ -271,6 +271,22 @@ TEST_CASE("a meta-step's statistics on the backend are the ones meta_train_step 
                     Catch::Contains("MetaStepResult::read") && Catch::Contains("[2]"));
 }
 
+TEST_CASE("learners say what stops their meta-step from being recorded", "[maml][platipus]") {
+  using Catch::Contains;
+  Generator gen(19);
+  const Maml<nn::Sequential, MseLoss> one(small_network(), MseLoss{}, {.threads = 1}, gen);
+  const Maml<nn::Sequential, MseLoss> two(small_network(), MseLoss{}, {.threads = 2}, gen);
+  CHECK(one.replay_obstacle().empty());
+  CHECK_THAT(two.replay_obstacle(), Contains("threads = 2"));
+  PlatipusModel ramped(small_network(), MseLoss{}, {.kl_anneal_steps = 2, .threads = 1}, gen);
+  const auto batch = Sampler({.support = 2, .query = 2}).sample(2, gen);
+  CHECK_THAT(ramped.replay_obstacle(), Contains("KL weight") && Contains("step 0 of 2"));
+  ramped.meta_train_step(batch, gen);
+  CHECK_THAT(ramped.replay_obstacle(), Contains("step 1 of 2"));
+  ramped.meta_train_step(batch, gen);
+  CHECK(ramped.replay_obstacle().empty());  // the ramp is over: beta is constant from here
+}
+
 TEST_CASE("meta-learners reject malformed task batches", "[maml][errors]") {
   Generator gen(10);
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, {.threads = 1}, gen);

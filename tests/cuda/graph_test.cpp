@@ -29,8 +29,8 @@ TaskBatch<T, cuda> on_device(const TaskBatch<T>& b) {
 }  // namespace
 
 TEST_CASE("a recorded fill draws fresh normal numbers on every replay", "[cuda][graph]") {
+  Tensor<float, cuda> draws;  // made while recording, so from the graph's pool
   CudaGraph graph(42);
-  Tensor<float, cuda> draws;  // from the graph's pool: declared after the graph, freed before it
   Generator gen(1);
   graph.record([&] { draws = raw::normal<float, cuda>({1 << 16}, gen); });
   graph.replay();

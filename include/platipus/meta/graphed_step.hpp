@@ -97,10 +97,9 @@ class GraphedMetaStep {
   Learner& learner_;
   TaskBatch<T, cuda> inputs_;
   std::vector<const T*> buffers_;  // the meta-parameters' storage at recording
+  Tensor<T, cuda> statistics_;     // written by every replay
+  // Last, so that it goes first: no replay can outlive the buffers it writes.
   std::unique_ptr<CudaGraph> graph_;
-  // Made while recording, from the graph's pool: it must leave (for the
-  // thread's cache) before the graph frees its pool.
-  Tensor<T, cuda> statistics_;
 };
 
 }  // namespace platipus

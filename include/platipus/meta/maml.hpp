@@ -72,12 +72,7 @@ class Maml {
   }
 
   // Why a recorded meta-step could not be replayed as it is; empty when it can.
-  std::string replay_obstacle() const {
-    if (pool_->size() > 1)
-      return fmt::format("threads = {}: a recording holds one thread's work; use threads = 1",
-                         pool_->size());
-    return {};
-  }
+  std::string replay_obstacle() const { return recording_obstacle(*pool_); }
 
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y,

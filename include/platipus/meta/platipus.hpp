@@ -106,9 +106,7 @@ class Platipus {
 
   // Why a recorded meta-step could not be replayed as it is; empty when it can.
   std::string replay_obstacle() const {
-    if (pool_->size() > 1)
-      return fmt::format("threads = {}: a recording holds one thread's work; use threads = 1",
-                         pool_->size());
+    if (auto obstacle = recording_obstacle(*pool_); !obstacle.empty()) return obstacle;
     if (settings_.kl_anneal_steps > 0 && steps() < settings_.kl_anneal_steps)
       return fmt::format("the KL weight still ramps up (step {} of {}) and a recording fixes it",
                          steps(), settings_.kl_anneal_steps);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "platipus/core/thread_pool.hpp"
@@ -27,6 +28,14 @@ inline std::vector<TaskRange> split_tasks(std::int64_t tasks, int parts) {
     start += count;
   }
   return ranges;
+}
+
+// Why meta-steps on `pool` cannot be recorded as one stream's work (a CUDA
+// graph); empty when they can.
+inline std::string recording_obstacle(const ThreadPool& pool) {
+  if (pool.size() == 1) return {};
+  return fmt::format("threads = {}: a recording holds one thread's work; use threads = 1",
+                     pool.size());
 }
 
 template <class T, class B>

@@ -6,8 +6,9 @@
 // A recording fixes every kernel argument, so three things are arranged
 // while it is made:
 //   * memory: the thread allocates from a pool the graph owns, so the
-//     addresses the graph reads and writes stay reserved for it and no other
-//     tensor is ever given them;
+//     buffers of a recording's intermediates stay reserved for its replays
+//     and no other tensor is ever given them; tensors made while recording
+//     that the caller keeps are its outputs, rewritten by every replay;
 //   * random numbers: Philox fills mix a 64-bit salt, kept in device memory,
 //     into their stream, and the graph's last node advances the salt, so
 //     each replay draws fresh numbers (distributed as in an eager step, but
