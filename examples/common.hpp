@@ -251,6 +251,12 @@ void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptio
     double recent = 0;
     for (long step = 1; step <= o.steps; ++step) {
       const auto result = learner.meta_train_step(sampler.sample(o.meta_batch, gen), gen);
+      // A non-finite loss has already reached the meta-parameters through
+      // Adam: stop rather than train on NaN and save it.
+      platipus::check(std::isfinite(result.query_loss) && std::isfinite(result.kl), name,
+                      "meta-training diverged at step {} (query loss {}, KL {}); try a smaller "
+                      "--meta-rate or --inner-rate",
+                      step, result.query_loss, result.kl);
       recent += result.query_loss / static_cast<double>(every);
       if (step % every == 0 || step == o.steps) {
         log.record({{"learner", name},
