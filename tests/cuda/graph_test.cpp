@@ -7,26 +7,9 @@
 using namespace platipus;
 using Catch::Contains;
 using parity::check_close;
-
-namespace {
-
-nn::Sequential small_network() {
-  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
-}
-
-template <class T, class B = cpu>
-TaskBatch<T, B> sinusoid_batch(std::uint64_t seed, std::int64_t tasks = 25) {
-  Generator gen(seed);
-  return data::SinusoidLineSampler<T, B>({.support = 10, .query = 10}).sample(tasks, gen);
-}
-
-template <class T>
-TaskBatch<T, cuda> on_device(const TaskBatch<T>& b) {
-  return {b.support_x.template to<cuda>(), b.support_y.template to<cuda>(),
-          b.query_x.template to<cuda>(), b.query_y.template to<cuda>()};
-}
-
-}  // namespace
+using parity::on_device;
+using parity::sinusoid_batch;
+using parity::small_network;
 
 TEST_CASE("a recorded fill draws fresh normal numbers on every replay", "[cuda][graph]") {
   Tensor<float, cuda> draws;  // made while recording, so from the graph's pool

@@ -7,25 +7,12 @@
 
 using namespace platipus;
 using parity::check_close;
+using parity::on_device;
+using parity::sinusoid_batch;
+using parity::small_network;
 using parity::tolerance;
 
 namespace {
-
-nn::Sequential small_network() {
-  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
-}
-
-template <class T>
-TaskBatch<T> sinusoid_batch(std::uint64_t seed) {
-  Generator gen(seed);
-  return data::SinusoidLineSampler<T>({.support = 10, .query = 10}).sample(25, gen);
-}
-
-template <class T>
-TaskBatch<T, cuda> on_device(const TaskBatch<T>& b) {
-  return {b.support_x.template to<cuda>(), b.support_y.template to<cuda>(),
-          b.query_x.template to<cuda>(), b.query_y.template to<cuda>()};
-}
 
 template <class T, class B>
 using SinusoidMaml = Maml<nn::Sequential, MseLoss, T, B>;

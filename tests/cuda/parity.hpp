@@ -136,4 +136,22 @@ void check_op(const F& f, const std::vector<Tensor<T>>& inputs) {
   }
 }
 
+// The meta-learning tests' workload: the 1-40-40-1 ReLU network and
+// sinusoid-or-line batches of 10 support and 10 query points.
+inline nn::Sequential small_network() {
+  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
+}
+
+template <class T, class B = cpu>
+TaskBatch<T, B> sinusoid_batch(std::uint64_t seed, std::int64_t tasks = 25) {
+  Generator gen(seed);
+  return data::SinusoidLineSampler<T, B>({.support = 10, .query = 10}).sample(tasks, gen);
+}
+
+template <class T>
+TaskBatch<T, cuda> on_device(const TaskBatch<T>& b) {
+  return {b.support_x.template to<cuda>(), b.support_y.template to<cuda>(),
+          b.query_x.template to<cuda>(), b.query_y.template to<cuda>()};
+}
+
 }  // namespace parity
