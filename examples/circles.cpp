@@ -6,6 +6,8 @@
 //
 //   circles [--quick] [--out DIR] [--steps N] ...
 //   circles --eval-only --checkpoint DIR/checkpoint.bin
+#include <map>
+
 #include <CLI/CLI.hpp>
 
 #include "common.hpp"
@@ -26,6 +28,10 @@ struct Options : TrainingOptions {
   Options() {
     inner_rate = 1e-2;  // paper: alpha = 0.01 for classification
     kl_weight = 0.01;   // paper: 0.01 for 2-D classification
+    gamma = 1e-2;
+    // MAML + noise: over 5 inner steps of 0.01, noise of std 1.5 moves the
+    // weights by about sqrt(5) * 0.015 = 0.03, PLATIPUS's initial prior std.
+    gradient_noise = 1.5;
   }
 
   nlohmann::json json() const {
@@ -33,6 +39,11 @@ struct Options : TrainingOptions {
     j["query"] = query;
     return j;
   }
+
+  // The mean cross-entropy over a task's points: with one support point the
+  // inner loop is the same either way, and the paper's KL weight 0.01 and
+  // step sizes are on this scale (docs/algorithms.md, "The likelihood").
+  static BceWithLogitsLoss loss() { return {.reduction = Reduction::mean}; }
 };
 
 nn::Sequential paper_network() {
@@ -43,42 +54,46 @@ double sigmoid(double z) {
   return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z));
 }
 
-// Accuracy and NLL of the predictive probability (PLATIPUS: the mean over samples).
+// Accuracy, NLL and expected calibration error of the predictive probability
+// (MAML + noise and PLATIPUS: the mean over samples), for each learner.
 nlohmann::json evaluate(const CircleLearners& learners, long tasks, long samples,
                         std::uint64_t seed) {
-  std::vector<double> maml_accuracy, maml_nll, platipus_accuracy, platipus_nll;
-  held_out(learners, Sampler({.support = 1, .query = 100}), tasks, samples, seed,
-           [&](const auto& y, const auto& maml, const auto& sampled, long count, long n) {
-             for (long t = 0; t < count; ++t) {
-               double ma = 0, mn = 0, pa = 0, pn = 0;
-               for (long i = 0; i < n; ++i) {
-                 const double label = y[static_cast<std::size_t>(t * n + i)];
-                 const double pm = sigmoid(maml[static_cast<std::size_t>(t * n + i)]);
-                 double pp = 0;
-                 for (long s = 0; s < samples; ++s)
-                   pp += sigmoid(sampled[static_cast<std::size_t>((t * samples + s) * n + i)]) /
-                         samples;
-                 auto nll = [&](double p) {
-                   return -std::log(std::clamp(label > 0.5 ? p : 1 - p, 1e-12, 1.0));
-                 };
-                 ma += ((pm > 0.5) == (label > 0.5)) / static_cast<double>(n);
-                 pa += ((pp > 0.5) == (label > 0.5)) / static_cast<double>(n);
-                 mn += nll(pm) / static_cast<double>(n);
-                 pn += nll(pp) / static_cast<double>(n);
-               }
-               maml_accuracy.push_back(ma);
-               maml_nll.push_back(mn);
-               platipus_accuracy.push_back(pa);
-               platipus_nll.push_back(pn);
-             }
-           });
-  return {{"tasks", tasks},
-          {"query_points", 100},
-          {"platipus_samples", samples},
-          {"maml_accuracy", estimate(maml_accuracy).json()},
-          {"maml_nll", estimate(maml_nll).json()},
-          {"platipus_accuracy", estimate(platipus_accuracy).json()},
-          {"platipus_nll", estimate(platipus_nll).json()}};
+  std::map<std::string, std::vector<ClassificationScores>> scores;
+  held_out(
+      learners, Sampler({.support = 1, .query = 100}), tasks, samples, seed,
+      [&](const auto& y, const auto& maml, const auto& maml_noise, const auto& platipus, long count,
+          long n) {
+        // The mean over `models` samples of the probability of class 1, per point.
+        auto probabilities = [&](const auto& logits, long t, long models) {
+          std::vector<double> p(static_cast<std::size_t>(n));
+          for (long s = 0; s < models; ++s)
+            for (long i = 0; i < n; ++i)
+              p[static_cast<std::size_t>(i)] +=
+                  sigmoid(logits[static_cast<std::size_t>((t * models + s) * n + i)]) /
+                  static_cast<double>(models);
+          return p;
+        };
+        for (long t = 0; t < count; ++t) {
+          const std::vector<double> labels(y.begin() + t * n, y.begin() + (t + 1) * n);
+          scores["maml"].push_back(score_binary_classification(probabilities(maml, t, 1), labels));
+          scores["maml_noise"].push_back(
+              score_binary_classification(probabilities(maml_noise, t, samples), labels));
+          scores["platipus"].push_back(
+              score_binary_classification(probabilities(platipus, t, samples), labels));
+        }
+      });
+  nlohmann::json results{{"tasks", tasks}, {"query_points", 100}, {"samples", samples}};
+  for (const auto& [learner, s] : scores) {
+    auto field = [&](double ClassificationScores::*member) {
+      std::vector<double> values;
+      for (const auto& task : s) values.push_back(task.*member);
+      return estimate(values).json();
+    };
+    results[learner] = {{"accuracy", field(&ClassificationScores::accuracy)},
+                        {"nll", field(&ClassificationScores::nll)},
+                        {"ece", field(&ClassificationScores::ece)}};
+  }
+  return results;
 }
 
 // Figure 7: logits over a grid for MAML and each PLATIPUS sample, for a few tasks.
@@ -142,19 +157,22 @@ int main(int argc, char** argv) {
   try {
     const fs::path dir(out);
     const auto learners =
-        prepare<BceWithLogitsLoss>(paper_network(), Sampler({.support = 1, .query = o.query}), o,
-                                   eval_only, checkpoint, dir, o.json());
+        prepare(paper_network(), Options::loss(), Sampler({.support = 1, .query = o.query}), o,
+                eval_only, checkpoint, dir, o.json());
     const auto results = evaluate(learners, eval_tasks, samples, o.seed);
     write_json(dir / "results.json", {{"results", results}, {"options", o.json()}});
     write_json(dir / "figure7.json", figure7(learners, samples, o.seed));
-    auto text = [&](const char* key) {
-      return Estimate{results[key]["mean"], results[key]["ci95"]}.text();
-    };
-    fmt::print("1-shot classification on {} held-out tasks (mean +- 95% interval)\n", eval_tasks);
-    fmt::print("  MAML                         accuracy {}  NLL {}\n", text("maml_accuracy"),
-               text("maml_nll"));
-    fmt::print("  PLATIPUS, {} samples averaged accuracy {}  NLL {}\n", samples,
-               text("platipus_accuracy"), text("platipus_nll"));
+    fmt::print("1-shot classification on {} held-out tasks (mean +- 95% interval; {} samples)\n",
+               eval_tasks, samples);
+    fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", "", "accuracy", "NLL per point", "ECE");
+    for (const char* learner : {"maml", "maml_noise", "platipus"}) {
+      const auto& r = results[learner];
+      auto text = [&](const char* key) {
+        return Estimate{r[key]["mean"], r[key]["ci95"]}.text();
+      };
+      fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", learner, text("accuracy"), text("nll"),
+                 text("ece"));
+    }
     fmt::print("wrote {}/results.json, figure7.json, train.jsonl, train.csv\n", out);
     if (!no_plot) plot("circles", dir);
   } catch (const platipus::error& e) {

@@ -1,6 +1,7 @@
-// What the example programs share: the meta-training options and loop of a
-// MAML and a PLATIPUS learner, progress display, summary statistics, result
-// files, their checkpoint, and the call to the plot scripts.
+// What the example programs share: the meta-training options and loop of the
+// paper's three learners (MAML, MAML + noise, PLATIPUS), progress display,
+// summary statistics, result files, their checkpoint, and the call to the
+// plot scripts.
 #pragma once
 
 #include <unistd.h>
@@ -81,35 +82,6 @@ inline void write_json(const fs::path& path, const nlohmann::json& value) {
   platipus::io::write_file_atomically(path, value.dump(2) + "\n");
 }
 
-// A checkpoint holding a MAML and a PLATIPUS learner of one model, their
-// tensors prefixed with "maml/" and "platipus/".
-template <class Maml, class Platipus>
-void save_learners(const fs::path& path, const nlohmann::json& metadata, const Maml& maml,
-                   const Platipus& platipus) {
-  auto named = maml.state();
-  for (auto& entry : named) entry.first = "maml/" + entry.first;
-  for (const auto& [name, tensor] : platipus.state())
-    named.emplace_back("platipus/" + name, tensor);
-  platipus::io::save_checkpoint(path, maml.model().layout(), named, metadata);
-}
-
-// Loads what save_learners wrote; throws platipus::error naming the file when
-// it is missing, corrupt or written for another architecture.
-template <class Maml, class Platipus>
-nlohmann::json load_learners(const fs::path& path, Maml& maml, Platipus& platipus) {
-  using Tensor = std::remove_cvref_t<decltype(maml.parameters())>;
-  auto checkpoint =
-      platipus::io::load_checkpoint<typename Tensor::value_type, typename Tensor::backend>(path);
-  auto restore = [&](auto& learner, const std::string& prefix) {
-    for (const auto& [name, tensor] : learner.state())
-      learner.set_state(name, platipus::io::take(checkpoint, path, learner.model().layout(),
-                                                 prefix + name, tensor->shape()));
-  };
-  restore(maml, "maml/");
-  restore(platipus, "platipus/");
-  return checkpoint.metadata;
-}
-
 // A Python interpreter with matplotlib: $PLATIPUS_PYTHON, python3 on the
 // PATH, or the system's /usr/bin/python3 (where Debian's python3-matplotlib
 // lives when another python3 comes first on the PATH). Empty when none.
@@ -154,12 +126,10 @@ struct TrainingOptions {
   long meta_batch = 25;  // tasks per meta-step
   int inner_steps = 5;   // the paper's 5
   double inner_rate = 0, kl_weight = 0;
-  long kl_anneal_steps = 0;  // the appendix anneals towards the KL weight; 0: constant
+  double gradient_noise = 0;  // MAML + noise: std of the inner gradient's noise
+  long kl_anneal_steps = 0;   // the appendix anneals towards the KL weight; 0: constant
   double meta_rate = 1e-3;
-  // Tuned on 3000-step sine_line runs (MSE of the mean of 10 samples on 300
-  // held-out tasks): variances 0.001 -> 2.69, 0.01 -> 3.85; with 1e-4 the
-  // PLATIPUS run diverged (NaN query loss at step 1013, KL 5.8e3).
-  double prior_variance = 0.001, posterior_variance = 0.001, gamma = 0.01;
+  double prior_variance = 0.001, posterior_variance = 0.001, gamma = 0;
   int threads = 0;
   std::uint64_t seed = 1;
 
@@ -173,6 +143,9 @@ struct TrainingOptions {
         ->check(CLI::PositiveNumber);
     app.add_option("--kl-weight", kl_weight, "beta, PLATIPUS's KL weight")
         ->check(CLI::NonNegativeNumber);
+    app.add_option("--gradient-noise", gradient_noise,
+                   "MAML + noise: std of the Gaussian noise added to each inner gradient")
+        ->check(CLI::PositiveNumber);
     app.add_option("--kl-anneal-steps", kl_anneal_steps,
                    "ramp beta up from 0 over this many steps (0: constant)")
         ->check(CLI::NonNegativeNumber);
@@ -194,6 +167,7 @@ struct TrainingOptions {
             {"inner_steps", inner_steps},
             {"inner_rate", inner_rate},
             {"kl_weight", kl_weight},
+            {"gradient_noise", gradient_noise},
             {"kl_anneal_steps", kl_anneal_steps},
             {"meta_rate", meta_rate},
             {"prior_variance", prior_variance},
@@ -202,9 +176,10 @@ struct TrainingOptions {
             {"seed", seed}};
   }
 
-  platipus::MamlSettings maml() const {
+  platipus::MamlSettings maml(double noise = 0) const {
     return {.inner_steps = inner_steps,
             .inner_learning_rate = inner_rate,
+            .inner_gradient_noise = noise,
             .meta_optimizer = {.learning_rate = meta_rate},
             .threads = threads};
   }
@@ -222,25 +197,67 @@ struct TrainingOptions {
   }
 };
 
-// A MAML and a PLATIPUS learner of one network, starting from the same
-// initial weights.
+// The paper's three learners of one network and one loss, starting from the
+// same initial weights: MAML, MAML + noise, PLATIPUS.
 template <class Loss>
 struct Learners {
   using MamlLearner = platipus::Maml<platipus::nn::Sequential, Loss, float, ExampleBackend>;
   using PlatipusLearner = platipus::Platipus<platipus::nn::Sequential, Loss, float, ExampleBackend>;
 
-  static Learners make(const platipus::nn::Sequential& network, const TrainingOptions& o) {
-    platipus::Generator maml_init(o.seed), platipus_init(o.seed);
-    return {MamlLearner(network, Loss{}, o.maml(), maml_init),
-            PlatipusLearner(network, Loss{}, o.platipus(), platipus_init)};
+  static Learners make(const platipus::nn::Sequential& network, const Loss& loss,
+                       const TrainingOptions& o) {
+    platipus::Generator maml_init(o.seed), noise_init(o.seed), platipus_init(o.seed);
+    return {MamlLearner(network, loss, o.maml(), maml_init),
+            MamlLearner(network, loss, o.maml(o.gradient_noise), noise_init),
+            PlatipusLearner(network, loss, o.platipus(), platipus_init)};
   }
 
-  MamlLearner maml;
+  // f(name, learner) for each learner; the names prefix the checkpoint's
+  // tensors, label the metrics and key results.json.
+  template <class F>
+  void for_each(F&& f) {
+    f("maml", maml);
+    f("maml_noise", maml_noise);
+    f("platipus", platipus);
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    f("maml", maml);
+    f("maml_noise", maml_noise);
+    f("platipus", platipus);
+  }
+
+  MamlLearner maml, maml_noise;
   PlatipusLearner platipus;
 };
 
-// Meta-trains both learners on fresh tasks from `sampler`, with a progress
-// display, logging to <out>/train.{jsonl,csv}.
+// A checkpoint holding the learners, their tensors prefixed with their names
+// ("maml/theta", "platipus/mu_theta", ...).
+template <class Loss>
+void save_learners(const fs::path& path, const nlohmann::json& metadata,
+                   const Learners<Loss>& learners) {
+  std::vector<std::pair<std::string, const platipus::Tensor<float, ExampleBackend>*>> named;
+  learners.for_each([&](const std::string& learner, const auto& l) {
+    for (const auto& [name, tensor] : l.state()) named.emplace_back(learner + "/" + name, tensor);
+  });
+  platipus::io::save_checkpoint(path, learners.maml.model().layout(), named, metadata);
+}
+
+// Loads what save_learners wrote; throws platipus::error naming the file when
+// it is missing, corrupt or written for another architecture.
+template <class Loss>
+nlohmann::json load_learners(const fs::path& path, Learners<Loss>& learners) {
+  auto checkpoint = platipus::io::load_checkpoint<float, ExampleBackend>(path);
+  learners.for_each([&](const std::string& learner, auto& l) {
+    for (const auto& [name, tensor] : l.state())
+      l.set_state(name, platipus::io::take(checkpoint, path, l.model().layout(),
+                                           learner + "/" + name, tensor->shape()));
+  });
+  return checkpoint.metadata;
+}
+
+// Meta-trains the learners on fresh tasks from `sampler`, with a progress
+// display, appending to <out>/train.{jsonl,csv} as training goes.
 template <class Loss, class Sampler>
 void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptions& o,
            const fs::path& out) {
@@ -269,49 +286,53 @@ void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptio
         recent = 0;
       }
     }
-    log.flush();
   };
   run("maml", learners.maml, 1);
+  run("maml_noise", learners.maml_noise, 3);
   run("platipus", learners.platipus, 2);
 }
 
 // Trains and saves the checkpoint (DIR/checkpoint.bin unless `checkpoint`
 // names another file), or with eval_only loads `checkpoint`.
 template <class Loss, class Sampler>
-Learners<Loss> prepare(const platipus::nn::Sequential& network, const Sampler& sampler,
-                       const TrainingOptions& o, bool eval_only, const std::string& checkpoint,
-                       const fs::path& out, const nlohmann::json& settings) {
-  auto learners = Learners<Loss>::make(network, o);
+Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss,
+                       const Sampler& sampler, const TrainingOptions& o, bool eval_only,
+                       const std::string& checkpoint, const fs::path& out,
+                       const nlohmann::json& settings) {
+  auto learners = Learners<Loss>::make(network, loss, o);
   if (eval_only) {
-    load_learners(checkpoint, learners.maml, learners.platipus);
+    load_learners(checkpoint, learners);
     fmt::print(stderr, "loaded {}\n", checkpoint);
   } else {
     train(learners, sampler, o, out);
     const fs::path path = checkpoint.empty() ? out / "checkpoint.bin" : fs::path(checkpoint);
-    save_learners(path, {{"options", settings}}, learners.maml, learners.platipus);
+    save_learners(path, {{"options", settings}}, learners);
     fmt::print(stderr, "saved {}\n", path.string());
   }
   return learners;
 }
 
-// Evaluates both learners on `tasks` held-out tasks, 100 at a time so that
-// memory stays small. For each chunk calls score(y, maml, sampled, tasks,
-// points) with host copies of the query targets [tasks, points], MAML's
-// predictions [tasks, points] and PLATIPUS's [tasks, samples, points].
+// Evaluates the learners on `tasks` held-out tasks, 100 at a time so that
+// memory stays small. For each chunk calls score(y, maml, maml_noise,
+// platipus, tasks, points) with host copies of the query targets [tasks,
+// points], MAML's predictions [tasks, points] and the sampled predictions of
+// MAML + noise and PLATIPUS [tasks, samples, points].
 template <class Loss, class Sampler, class Score>
 void held_out(const Learners<Loss>& learners, const Sampler& sampler, long tasks, long samples,
               std::uint64_t seed, Score&& score) {
   platipus::Generator gen(seed, 3);
   for (long done = 0; done < tasks; done += 100) {
     const auto batch = sampler.sample(std::min(100L, tasks - done), gen);
+    auto sampled = [&](const auto& learner) {
+      return learner
+          .predict(learner.sample(batch.support_x, batch.support_y, samples, gen), batch.query_x)
+          .to_vector();
+    };
     const auto& m = learners.maml;
-    const auto& p = learners.platipus;
     const auto maml =
         m.predict(m.adapt_to(batch.support_x, batch.support_y, gen), batch.query_x).to_vector();
-    const auto sampled =
-        p.predict(p.sample(batch.support_x, batch.support_y, samples, gen), batch.query_x)
-            .to_vector();
-    score(batch.query_y.to_vector(), maml, sampled, batch.tasks(), batch.query_x.dim(1));
+    score(batch.query_y.to_vector(), maml, sampled(learners.maml_noise), sampled(learners.platipus),
+          batch.tasks(), batch.query_x.dim(1));
   }
 }
 

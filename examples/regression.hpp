@@ -8,7 +8,7 @@
 namespace examples {
 
 using platipus::Generator;
-using RegressionLearners = Learners<platipus::MseLoss>;
+using RegressionLearners = Learners<platipus::GaussianNllLoss>;
 using Sampler = platipus::data::SinusoidLineSampler<float, ExampleBackend>;
 
 struct RegressionOptions : TrainingOptions {
@@ -16,8 +16,16 @@ struct RegressionOptions : TrainingOptions {
   long query = 10;
 
   RegressionOptions() {
-    inner_rate = 1e-3;  // paper: alpha = 0.001 for regression
-    kl_weight = 1.5;    // paper: 1.5 for 1-D regression
+    // The paper's alpha = 0.001 for regression is a step on the mean squared
+    // error of the K = 5 support points (MAML's reference code reduces so); on
+    // the summed likelihood sum (y - f)^2 / (2 0.3^2) that the learners train
+    // on it is 0.001 * 2 * 0.3^2 / 5 = 3.6e-5: the same steps.
+    inner_rate = 3.6e-5;
+    gamma = 3.6e-5;   // gamma_p and gamma_q start as alpha does
+    kl_weight = 1.5;  // paper: 1.5 for 1-D regression
+    // MAML + noise: over 5 inner steps of 3.6e-5, noise of std 400 moves the
+    // weights by about sqrt(5) * 0.0144 = 0.03, PLATIPUS's initial prior std.
+    gradient_noise = 400;
   }
 
   void add_flags(CLI::App& app) {
@@ -30,8 +38,15 @@ struct RegressionOptions : TrainingOptions {
     auto j = TrainingOptions::json();
     j["support"] = support;
     j["query"] = query;
+    j["noise_std"] = noise_std();
     return j;
   }
+
+  // The tasks' label noise, the likelihood's known noise scale.
+  static double noise_std() { return platipus::data::SinusoidLineSettings{}.noise_std; }
+  // The likelihood every learner trains on: N(y; f(x), 0.3^2), summed over a
+  // task's points (docs/algorithms.md, "The likelihood").
+  static platipus::GaussianNllLoss loss() { return {.noise_std = noise_std()}; }
 };
 
 // The paper's network: a 20-dim bias transformation on the input, then
@@ -43,9 +58,9 @@ inline platipus::nn::Sequential paper_network() {
 
 inline RegressionLearners prepare(const RegressionOptions& o, bool eval_only,
                                   const std::string& checkpoint, const fs::path& out) {
-  return examples::prepare<platipus::MseLoss>(paper_network(),
-                                              Sampler({.support = o.support, .query = o.query}), o,
-                                              eval_only, checkpoint, out, o.json());
+  return examples::prepare(paper_network(), RegressionOptions::loss(),
+                           Sampler({.support = o.support, .query = o.query}), o, eval_only,
+                           checkpoint, out, o.json());
 }
 
 }  // namespace examples

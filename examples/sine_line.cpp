@@ -6,6 +6,8 @@
 //
 //   sine_line [--quick] [--out DIR] [--steps N] ...        train, evaluate, plot
 //   sine_line --eval-only --checkpoint DIR/checkpoint.bin  evaluate and plot only
+#include <map>
+
 #include <CLI/CLI.hpp>
 
 #include "regression.hpp"
@@ -25,38 +27,51 @@ std::vector<float> linspace(double low, double high, long n) {
   return v;
 }
 
-// Query MSE over held-out tasks.
+// Query MSE, predictive NLL and 90% coverage over held-out tasks, for each
+// learner (MAML: one model; MAML + noise and PLATIPUS: `samples` models).
 nlohmann::json evaluate(const RegressionLearners& learners, long tasks, long samples,
                         std::uint64_t seed) {
-  std::vector<double> maml_mse, mean_mse, sample_mse;
+  std::map<std::string, std::vector<RegressionScores>> scores;
+  std::vector<double> per_sample_mse;
+  const double noise = RegressionOptions::noise_std();
   held_out(learners, Sampler({.support = 5, .query = 100}), tasks, samples, seed,
-           [&](const auto& y, const auto& maml, const auto& sampled, long count, long n) {
+           [&](const auto& y, const auto& maml, const auto& maml_noise, const auto& platipus,
+               long count, long n) {
+             auto rows = [&](const auto& predictions, long t, long models) {
+               return std::vector<double>(predictions.begin() + t * models * n,
+                                          predictions.begin() + (t + 1) * models * n);
+             };
              for (long t = 0; t < count; ++t) {
-               double m = 0, pm = 0, ps = 0;
-               for (long i = 0; i < n; ++i) {
-                 const double target = y[static_cast<std::size_t>(t * n + i)];
-                 m += std::pow(maml[static_cast<std::size_t>(t * n + i)] - target, 2) /
-                      static_cast<double>(n);
-                 double mean = 0;
-                 for (long s = 0; s < samples; ++s) {
-                   const double p = sampled[static_cast<std::size_t>((t * samples + s) * n + i)];
-                   mean += p / static_cast<double>(samples);
-                   ps += std::pow(p - target, 2) / static_cast<double>(n * samples);
-                 }
-                 pm += std::pow(mean - target, 2) / static_cast<double>(n);
-               }
-               maml_mse.push_back(m);
-               mean_mse.push_back(pm);
-               sample_mse.push_back(ps);
+               const std::vector<double> target(y.begin() + t * n, y.begin() + (t + 1) * n);
+               scores["maml"].push_back(score_regression(rows(maml, t, 1), target, noise));
+               scores["maml_noise"].push_back(
+                   score_regression(rows(maml_noise, t, samples), target, noise));
+               const auto sampled = rows(platipus, t, samples);
+               scores["platipus"].push_back(score_regression(sampled, target, noise));
+               double mse = 0;
+               for (std::size_t k = 0; k < sampled.size(); ++k)
+                 mse += std::pow(sampled[k] - target[k % static_cast<std::size_t>(n)], 2) /
+                        static_cast<double>(sampled.size());
+               per_sample_mse.push_back(mse);
              }
            });
-  return {{"tasks", tasks},
-          {"query_points", 100},
-          {"support_points", 5},
-          {"maml_mse", estimate(maml_mse).json()},
-          {"platipus_mse_of_mean", estimate(mean_mse).json()},
-          {"platipus_mse_per_sample", estimate(sample_mse).json()},
-          {"platipus_samples", samples}};
+  nlohmann::json results{{"tasks", tasks},
+                         {"query_points", 100},
+                         {"support_points", 5},
+                         {"samples", samples},
+                         {"noise_std", noise}};
+  for (const auto& [learner, s] : scores) {
+    auto field = [&](double RegressionScores::*member) {
+      std::vector<double> values;
+      for (const auto& task : s) values.push_back(task.*member);
+      return estimate(values).json();
+    };
+    results[learner] = {{"mse", field(&RegressionScores::mse)},
+                        {"nll", field(&RegressionScores::nll)},
+                        {"coverage90", field(&RegressionScores::coverage)}};
+  }
+  results["platipus"]["mse_per_sample"] = estimate(per_sample_mse).json();
+  return results;
 }
 
 // One panel of Figure 3: ground truth, support points, MAML's fit and PLATIPUS samples.
@@ -147,17 +162,21 @@ int main(int argc, char** argv) {
     const auto results = evaluate(learners, eval_tasks, samples, options.seed);
     write_json(dir / "results.json", {{"results", results}, {"options", options.json()}});
     write_json(dir / "figure3.json", figure3(learners, samples, options.seed));
-    fmt::print("query MSE on {} held-out tasks (5 support points, mean +- 95% interval)\n",
-               eval_tasks);
-    fmt::print("  MAML                          {}\n",
-               Estimate{results["maml_mse"]["mean"], results["maml_mse"]["ci95"]}.text());
     fmt::print(
-        "  PLATIPUS, mean of {} samples  {}\n", samples,
-        Estimate{results["platipus_mse_of_mean"]["mean"], results["platipus_mse_of_mean"]["ci95"]}
-            .text());
-    fmt::print("  PLATIPUS, per sample          {}\n",
-               Estimate{results["platipus_mse_per_sample"]["mean"],
-                        results["platipus_mse_per_sample"]["ci95"]}
+        "{} held-out tasks, 5 support and 100 query points (mean +- 95% interval; {} samples)\n",
+        eval_tasks, samples);
+    fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", "", "query MSE", "NLL per point", "90% coverage");
+    for (const char* learner : {"maml", "maml_noise", "platipus"}) {
+      const auto& r = results[learner];
+      auto text = [&](const char* key) {
+        return Estimate{r[key]["mean"], r[key]["ci95"]}.text();
+      };
+      fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", learner, text("mse"), text("nll"),
+                 text("coverage90"));
+    }
+    fmt::print("  PLATIPUS's MSE per single sample: {}\n",
+               Estimate{results["platipus"]["mse_per_sample"]["mean"],
+                        results["platipus"]["mse_per_sample"]["ci95"]}
                    .text());
     fmt::print("wrote {}/results.json, figure3.json, train.jsonl, train.csv\n", out);
     if (!no_plot) plot("sine_line", dir);

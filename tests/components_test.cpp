@@ -1217,7 +1217,6 @@ TEST_CASE("MetricsLog writes each row as a JSON line and as a CSV row over the u
   };
   for (const auto& r : rows) log.record(r);
   CHECK(log.rows() == rows);
-  log.flush();
   CHECK(dir.entries() == std::vector<std::string>{"train.csv", "train.jsonl"});
 
   const auto jsonl = lines_of(slurp(dir / "train.jsonl"));
@@ -1243,9 +1242,8 @@ TEST_CASE("MetricsLog writes each row as a JSON line and as a CSV row over the u
         CHECK(std::stod(cells[c]) == rows[i][header[c]].get<double>());
     }
   }
-  SECTION("a later flush rewrites both files with every row") {
+  SECTION("a later row is appended to both files as it is recorded") {
     log.record({{"step", 4}, {"loss", 0.125}});
-    log.flush();
     CHECK(lines_of(slurp(dir / "train.jsonl")).size() == 4);
     CHECK(lines_of(slurp(dir / "train.csv")).size() == 5);
     CHECK(dir.entries() == std::vector<std::string>{"train.csv", "train.jsonl"});
@@ -1260,7 +1258,6 @@ TEST_CASE("MetricsLog quotes CSV cells that hold a comma or a quote", "[componen
   io::MetricsLog log(dir.path(), "notes");
   const nlohmann::json row{{"a_note", "omniglot, 5-way \"hard\""}, {"step", 7}};
   log.record(row);
-  log.flush();
   const auto csv = lines_of(slurp(dir / "notes.csv"));
   REQUIRE(csv.size() == 2);
   const auto header = cells_of(csv[0]), cells = cells_of(csv[1]);
@@ -1273,6 +1270,116 @@ TEST_CASE("MetricsLog quotes CSV cells that hold a comma or a quote", "[componen
     else
       CHECK(cells[c] == row["a_note"].get<std::string>());
   }
+}
+
+TEST_CASE("MetricsLog puts each row on disk as it is recorded, so a run that stops keeps them",
+          "[components][io][metrics]") {
+  TemporaryDirectory dir;
+  io::MetricsLog log(dir.path(), "train");
+  for (int step = 1; step <= 3; ++step) {
+    log.record({{"learner", "platipus"}, {"step", step}, {"query_loss", 1.0 / step}});
+    // Read back with no flush and while the log is alive: what a crash leaves.
+    const auto jsonl = lines_of(slurp(dir / "train.jsonl"));
+    REQUIRE(jsonl.size() == static_cast<std::size_t>(step));
+    CHECK(nlohmann::json::parse(jsonl.back())["step"] == step);
+    CHECK(lines_of(slurp(dir / "train.csv")).size() == static_cast<std::size_t>(step + 1));
+  }
+  // A row with a new column rewrites the CSV under the wider header.
+  log.record({{"learner", "platipus"}, {"step", 4}, {"kl", 0.5}});
+  const auto csv = lines_of(slurp(dir / "train.csv"));
+  REQUIRE(csv.size() == 5);
+  CHECK(cells_of(csv[0]).size() == 4);
+  CHECK(cells_of(csv[1]).size() == 4);
+  SECTION("a new log over the same files starts them afresh") {
+    io::MetricsLog again(dir.path(), "train");
+    again.record({{"step", 1}});
+    CHECK(lines_of(slurp(dir / "train.jsonl")).size() == 1);
+  }
+}
+
+// ------------------------------------------------------- uncertainty scores
+
+TEST_CASE("score_regression: one model is one Gaussian, by hand", "[components][uncertainty]") {
+  const double sigma = 0.5;
+  // Targets 0, 0.5, 1, 2 against predictions 0: z = 0, 1, 2, 4.
+  const std::vector<double> prediction{0, 0, 0, 0}, target{0, 0.5, 1, 2};
+  const auto s = score_regression(prediction, target, sigma);
+  const double log_norm = std::log(sigma) + 0.5 * std::log(2 * M_PI);
+  CHECK(s.mse == Approx((0 + 0.25 + 1 + 4) / 4.0));
+  CHECK(s.nll == Approx(log_norm + (0 + 0.5 + 2 + 8) / 4.0));
+  // The central 90% interval is +-1.645 sigma: z = 0 and 1 lie inside, 2 and 4 outside.
+  CHECK(s.coverage == Approx(0.5));
+  CHECK(score_regression(prediction, target, sigma, 0.99).coverage == Approx(0.75));
+}
+
+TEST_CASE("score_regression: S models form an equal-weight mixture, by hand",
+          "[components][uncertainty]") {
+  const double sigma = 1.0;
+  // Two models predicting -3 and 3 for one point; targets 0 and 3.
+  const std::vector<double> predictions{-3, -3, 3, 3}, target{0, 3};
+  const auto s = score_regression(predictions, target, sigma);
+  auto density = [&](double y, double mean) {
+    return std::exp(-0.5 * (y - mean) * (y - mean)) / std::sqrt(2 * M_PI);
+  };
+  const double nll0 = -std::log(0.5 * density(0, -3) + 0.5 * density(0, 3)),
+               nll1 = -std::log(0.5 * density(3, -3) + 0.5 * density(3, 3));
+  CHECK(s.nll == Approx((nll0 + nll1) / 2));
+  CHECK(s.mse == Approx((0 + 9) / 2.0));  // the mixture's mean is 0
+  // The mixture's 5% and 95% quantiles are about -4.28 and 4.28: both targets lie inside.
+  CHECK(s.coverage == Approx(1.0));
+  // A target far from every component does not underflow to an infinite NLL.
+  const auto far = score_regression(std::vector<double>{0, 0}, std::vector<double>{100}, 0.1);
+  CHECK(std::isfinite(far.nll));
+  CHECK(far.nll == Approx(std::log(0.1) + 0.5 * std::log(2 * M_PI) + 0.5 * 1e6));
+  CHECK(far.coverage == 0.0);
+}
+
+TEST_CASE("score_binary_classification: accuracy, NLL and ECE by hand",
+          "[components][uncertainty]") {
+  const std::vector<double> p{0.9, 0.8, 0.3, 0.6}, labels{1, 0, 0, 1};
+  const auto s = score_binary_classification(p, labels, 10);
+  CHECK(s.accuracy == Approx(0.75));
+  CHECK(s.nll == Approx(-(std::log(0.9) + std::log(0.2) + std::log(0.7) + std::log(0.6)) / 4));
+  // Confidences 0.9, 0.8, 0.7, 0.6 fall in bins 9, 8, 7, 6, one point each:
+  // |1 - 0.9| + |0 - 0.8| + |1 - 0.7| + |1 - 0.6|, over 4 points.
+  CHECK(s.ece == Approx((0.1 + 0.8 + 0.3 + 0.4) / 4));
+  // One bin: |accuracy - mean confidence|.
+  CHECK(score_binary_classification(p, labels, 1).ece == Approx(0.0).margin(1e-12));
+}
+
+TEST_CASE("the scores refuse input that makes no sense, naming it", "[components][uncertainty]") {
+  const std::vector<double> three{1, 2, 3}, two{1, 2};
+  CHECK_THROWS_WITH(score_regression(three, two, 1.0), Contains("score_regression"));
+  CHECK_THROWS_WITH(score_regression(two, two, 0.0), Contains("noise_std"));
+  CHECK_THROWS_WITH(score_regression(two, two, 1.0, 1.5), Contains("interval"));
+  CHECK_THROWS_WITH(score_binary_classification(two, three), Contains("3 labels"));
+  CHECK_THROWS_WITH(score_binary_classification(std::vector<double>{1.5}, std::vector<double>{1}),
+                    Contains("probability 1.5"));
+}
+
+// ------------------------------------------------------------ task noise
+
+TEST_CASE("TaskNoise gives each task the same numbers however the batch is cut",
+          "[components][random]") {
+  Generator gen(70);
+  const TaskNoise noise(gen);
+  TaskNoise whole = noise;
+  const auto first = whole.normal<double, cpu>({4, 3}), second = whole.normal<double, cpu>({4, 2});
+  TaskNoise front = noise.from_task(0), back = noise.from_task(2);
+  const auto a = front.normal<double, cpu>({2, 3}), b = back.normal<double, cpu>({2, 3});
+  const auto a2 = front.normal<double, cpu>({2, 2}), b2 = back.normal<double, cpu>({2, 2});
+  auto joined = a.to_vector(), tail = b.to_vector();
+  joined.insert(joined.end(), tail.begin(), tail.end());
+  CHECK(first.to_vector() == joined);
+  auto joined2 = a2.to_vector(), tail2 = b2.to_vector();
+  joined2.insert(joined2.end(), tail2.begin(), tail2.end());
+  CHECK(second.to_vector() == joined2);
+  // Rows differ from each other and from the next draw; another step's key differs too.
+  const auto v = first.to_vector();
+  CHECK(v[0] != v[3]);
+  CHECK(second.to_vector()[0] != v[0]);
+  TaskNoise next(gen);
+  CHECK(next.normal<double, cpu>({1, 3}).to_vector()[0] != v[0]);
 }
 
 // ---------------------------------------------------------- thread pool

@@ -302,3 +302,85 @@ TEST_CASE("meta-learners reject malformed task batches", "[maml][errors]") {
                     Catch::Contains("empty"));
   CHECK_THROWS_AS(Sampler({.support = 0}), error);
 }
+
+namespace {
+
+// The largest |a_i - b_i| over the largest |a_i|, across several tensors.
+double relative_difference(const std::vector<Tensor<double>>& a,
+                           const std::vector<Tensor<double>>& b) {
+  double scale = 0, worst = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    const auto x = a[k].to_vector(), y = b[k].to_vector();
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      scale = std::max(scale, std::abs(x[i]));
+      worst = std::max(worst, std::abs(x[i] - y[i]));
+    }
+  }
+  return scale > 0 ? worst / scale : INFINITY;
+}
+
+}  // namespace
+
+TEST_CASE("PLATIPUS and MAML + noise draw the same noise with one thread and with three",
+          "[platipus][noise][threads]") {
+  using DoublePlatipus = Platipus<nn::Sequential, MseLoss, double>;
+  using DoubleMaml = Maml<nn::Sequential, MseLoss, double>;
+  const auto model = nn::mlp({.inputs = 1, .hidden = {16, 16}, .outputs = 1});
+  Generator data(71);
+  const auto batch = data::SinusoidLineSampler<double>({.support = 5, .query = 7}).sample(7, data);
+  std::vector<std::vector<Tensor<double>>> platipus_gradients, noise_gradients;
+  std::vector<MetaStepResult> platipus_results;
+  for (const int threads : {1, 3}) {
+    Generator init(72), gen(73);
+    const DoublePlatipus platipus(model, MseLoss{},
+                                  {.inner_learning_rate = 0.01, .threads = threads}, init);
+    MetaStepResult result;
+    platipus_gradients.push_back(platipus.meta_gradient(batch, gen, &result));
+    platipus_results.push_back(result);
+    Generator maml_init(74), maml_gen(75);
+    const DoubleMaml noisy(
+        model, MseLoss{},
+        {.inner_learning_rate = 0.01, .inner_gradient_noise = 0.5, .threads = threads}, maml_init);
+    noise_gradients.emplace_back();
+    noise_gradients.back().push_back(noisy.meta_gradient(batch, maml_gen));
+  }
+  // The same numbers up to the order of the chunks' sums.
+  CHECK(relative_difference(platipus_gradients[0], platipus_gradients[1]) < 1e-10);
+  CHECK(relative_difference(noise_gradients[0], noise_gradients[1]) < 1e-10);
+  CHECK(platipus_results[0].query_loss == Approx(platipus_results[1].query_loss).epsilon(1e-12));
+  CHECK(platipus_results[0].kl == Approx(platipus_results[1].kl).epsilon(1e-12));
+}
+
+TEST_CASE("PLATIPUS's step sizes gamma stay positive: they are stored as logarithms",
+          "[platipus]") {
+  Generator init(76), gen(77);
+  PlatipusModel model(small_network(), MseLoss{},
+                      {.initial_gamma_p = 0.02, .initial_gamma_q = 0.03, .threads = 1}, init);
+  CHECK(model.part(PlatipusModel::log_gamma_p).to_vector()[0] == Approx(std::log(0.02)));
+  CHECK(model.part(PlatipusModel::log_gamma_q).to_vector()[0] == Approx(std::log(0.03)));
+  // Many steps of Adam move a log by about the learning rate each; the step
+  // size exp(log gamma) it stands for is positive whatever the log becomes.
+  const Sampler sampler({.support = 5, .query = 10});
+  for (int step = 0; step < 50; ++step) model.meta_train_step(sampler.sample(5, gen), gen);
+  for (auto part : {PlatipusModel::log_gamma_p, PlatipusModel::log_gamma_q})
+    for (float v : model.part(part).to_vector()) CHECK(std::isfinite(v));
+}
+
+TEST_CASE("PLATIPUS refuses settings that make no sense, naming the setting",
+          "[platipus][errors]") {
+  using Catch::Contains;
+  Generator init(78);
+  auto make = [&](PlatipusSettings s) {
+    PlatipusModel(small_network(), MseLoss{}, s, init);
+  };
+  CHECK_THROWS_WITH(make({.initial_prior_variance = -1}), Contains("initial variances"));
+  CHECK_THROWS_WITH(make({.initial_posterior_variance = 0}), Contains("initial variances"));
+  CHECK_THROWS_WITH(make({.initial_gamma_p = 0}), Contains("gamma_p 0"));
+  CHECK_THROWS_WITH(make({.initial_gamma_q = -0.1}), Contains("gamma_q -0.1"));
+  CHECK_THROWS_WITH(make({.kl_weight = -1}), Contains("kl_weight"));
+  CHECK_THROWS_WITH(make({.mean_steps = 0}), Contains("mean_steps"));
+  PlatipusModel model(small_network(), MseLoss{}, {.threads = 1}, init);
+  const auto batch = Sampler({.support = 2, .query = 2}).sample(1, init);
+  CHECK_THROWS_WITH(model.sample(batch.support_x, batch.support_y, 0, init),
+                    Contains("number of samples"));
+}

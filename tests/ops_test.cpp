@@ -289,6 +289,45 @@ TEST_CASE("losses have the values of their definitions", "[loss]") {
   CHECK(gaussian_nll_loss(p, var, y).item() == Approx((nll0 + nll1) / 2));
 }
 
+TEST_CASE("a loss's reduction over a task's points is their mean or their sum", "[loss]") {
+  Tape<double> tape;
+  // Two tasks of two points: errors 1, 2 and 0, 3.
+  const auto p = tape.constant(Tensor<double>::from_host({2, 2, 1}, {1.0, 2.0, 0.0, 3.0}));
+  const auto y = tape.constant(Tensor<double>::zeros({2, 2, 1}));
+  CHECK(mse_loss(p, y, 1).to_vector() == std::vector<double>{2.5, 4.5});
+  CHECK(mse_loss(p, y, 1, Reduction::sum).to_vector() == std::vector<double>{5.0, 9.0});
+  CHECK(MseLoss{.reduction = Reduction::sum}(p, y, 1).to_vector() == std::vector<double>{5, 9});
+  const auto labels = tape.constant(Tensor<double>::from_host({2, 2, 1}, {1, 0, 0, 1}));
+  const auto mean_bce = BceWithLogitsLoss{}(p, labels, 1).to_vector(),
+             summed_bce = BceWithLogitsLoss{.reduction = Reduction::sum}(p, labels, 1).to_vector();
+  CHECK(summed_bce[0] == Approx(2 * mean_bce[0]));
+  CHECK(summed_bce[1] == Approx(2 * mean_bce[1]));
+}
+
+TEST_CASE("GaussianNllLoss is -sum log N(y; f, sigma^2) over a task's points", "[loss]") {
+  Tape<double> tape;
+  const auto p = tape.constant(Tensor<double>::from_host({2, 2, 1}, {1.0, 2.0, 0.0, 3.0}));
+  const auto y = tape.constant(Tensor<double>::from_host({2, 2, 1}, {0.5, 2.0, 0.3, 2.0}));
+  const double sigma = 0.3;
+  auto nll = [&](double f, double target) {
+    return 0.5 * std::log(2 * M_PI * sigma * sigma) +
+           (target - f) * (target - f) / (2 * sigma * sigma);
+  };
+  const auto summed = GaussianNllLoss{.noise_std = sigma}(p, y, 1).to_vector();
+  CHECK(summed[0] == Approx(nll(1.0, 0.5) + nll(2.0, 2.0)));
+  CHECK(summed[1] == Approx(nll(0.0, 0.3) + nll(3.0, 2.0)));
+  const auto mean = GaussianNllLoss{.noise_std = sigma, .reduction = Reduction::mean}(p, y, 1);
+  CHECK(mean.to_vector()[1] == Approx(summed[1] / 2));
+  for (double bad : {0.0, -1.0, std::nan("")})
+    CHECK_THROWS_WITH(GaussianNllLoss{.noise_std = bad}(p, y, 1),
+                      Contains("GaussianNllLoss") && Contains("noise_std"));
+}
+
+TEST_CASE("GaussianNllLoss passes first and second order checks", "[ops][loss]") {
+  check_derivatives([](auto x) { return GaussianNllLoss{.noise_std = 0.7}(x[0], x[1], 1); },
+                    list(normal({2, 3, 1}, 59), normal({2, 3, 1}, 60)));
+}
+
 TEST_CASE("ops name themselves and the shapes when given bad input", "[ops][errors]") {
   Tape<double> tape;
   const auto a = tape.variable(Tensor<double>::zeros({2, 3}));

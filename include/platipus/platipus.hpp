@@ -8,6 +8,7 @@
 #include "platipus/meta/maml.hpp"
 #include "platipus/meta/platipus.hpp"
 #include "platipus/meta/predict.hpp"
+#include "platipus/meta/uncertainty.hpp"
 #include "platipus/nn/losses.hpp"
 #include "platipus/nn/sequential.hpp"
 #include "platipus/optim/optimizers.hpp"

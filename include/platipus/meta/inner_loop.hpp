@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "platipus/meta/concepts.hpp"
+#include "platipus/meta/task_noise.hpp"
 
 namespace platipus {
 
@@ -58,7 +59,7 @@ struct Adapted {
 // phi_{k+1} = phi_k - alpha * (grad L(phi_k, D_train) + noise), from phi_0 = params.
 template <class M, class L, class T, class B>
 Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T, B>& x,
-                    const Var<T, B>& y, const InnerLoop& loop, Generator* noise = nullptr) {
+                    const Var<T, B>& y, const InnerLoop& loop, TaskNoise* noise = nullptr) {
   check(loop.steps >= 0, "adapt", "inner_steps must be >= 0, got {}", loop.steps);
   Var<T, B> initial_loss;
   for (int step = 0; step < loop.steps; ++step) {
@@ -69,8 +70,9 @@ Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T
     if (loop.gradient_noise > 0) {
       check(noise != nullptr, "adapt", "gradient noise needs a generator");
       for (auto& gi : g)
-        gi = gi + gi.tape().constant(raw::map(UnaryOp::scale, raw::normal<T, B>(gi.shape(), *noise),
-                                              static_cast<T>(loop.gradient_noise)));
+        gi = gi +
+             gi.tape().constant(raw::map(UnaryOp::scale, noise->template normal<T, B>(gi.shape()),
+                                         static_cast<T>(loop.gradient_noise)));
     }
     phi = foreach_add_scaled(std::span<const Var<T, B>>(phi), std::span<const Var<T, B>>(g),
                              static_cast<T>(-loop.learning_rate));

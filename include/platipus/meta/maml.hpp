@@ -81,9 +81,10 @@ class Maml {
           "empty or malformed support set {}", support_x.shape());
     Tape<T, B> tape;
     const auto theta = tape.variable(params_);
+    TaskNoise noise(gen);
     const auto adapted =
         adapt(model_, loss_, per_task(theta, model_.layout(), support_x.dim(0)),
-              tape.constant(support_x), tape.constant(support_y), inner_loop(false), &gen);
+              tape.constant(support_x), tape.constant(support_y), inner_loop(false), &noise);
     return flat_values(adapted.params, model_.layout());
   }
 
@@ -149,8 +150,7 @@ class Maml {
     const auto ranges = split_tasks(batch.tasks(), pool_->size());
     const Shape shape = params_.shape();
     ChunkResults<T, B> results(ranges.size(), std::span<const Shape>(&shape, 1));
-    std::vector<Generator> noise;
-    for (std::size_t c = 0; c < ranges.size(); ++c) noise.push_back(gen.fork());
+    const TaskNoise noise(gen);
     const std::int64_t tasks = batch.tasks();
     if (ranges.size() > 1) B::synchronize();  // the workers' streams read this thread's work
     pool_->run(static_cast<int>(ranges.size()), [&](int c) {
@@ -158,8 +158,9 @@ class Maml {
       Tape<T, B> tape;
       const auto theta = tape.variable(params_);
       const auto xs = tape.constant(chunk.support_x), ys = tape.constant(chunk.support_y);
+      TaskNoise chunk_noise = noise.from_task(ranges[c].start);
       const auto adapted = adapt(model_, loss_, per_task(theta, model_.layout(), chunk.tasks()), xs,
-                                 ys, inner_loop(!settings_.first_order), &noise[c]);
+                                 ys, inner_loop(!settings_.first_order), &chunk_noise);
       const auto query = sum(loss_(forward(adapted.params, tape.constant(chunk.query_x)),
                                    tape.constant(chunk.query_y), 1));
       const auto g = grad(query / static_cast<double>(tasks), theta);  // the mean over all tasks

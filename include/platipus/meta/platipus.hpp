@@ -2,8 +2,8 @@
 // (meta-training) and Algorithm 2 (meta-testing) with the data-dependent
 // prior of Section 4.4 ("Adding additional dependencies").
 //
-// Meta-parameters Theta = {mu_theta, log sigma2_theta, log v_q, gamma_p,
-// gamma_q}, each a vector the size of the model's parameters. Per task:
+// Meta-parameters Theta = {mu_theta, log sigma2_theta, log v_q, log gamma_p,
+// log gamma_q}, each a vector the size of the model's parameters. Per task:
 //   1. mu_q  = mu_theta - gamma_q * grad L(mu_theta, D_test)   posterior mean
 //   2. theta = mu_q + sqrt(v_q) * eps,  eps ~ N(0, I)           reparameterised
 //   3. phi   = theta after K SGD steps on D_train with step alpha
@@ -12,6 +12,15 @@
 // averaged over the meta-batch, Adam on Theta. Every gradient in 1, 3 and 4
 // is itself differentiated (create_graph). At meta-test time theta is drawn
 // from the prior N(mu_p, sigma2_theta) and adapted on D_train, S times.
+//
+// The step sizes gamma are stored as logarithms, as the variances are: a
+// gamma is a learning rate, positive, so every coordinate of steps 1 and 4
+// descends, and Adam's scale-free updates change it by a fraction of itself.
+// Stored as plain values, gammas of 0.01 moved by Adam's 1e-3 per step crossed
+// zero within a few hundred steps; coordinates with a negative gamma ascend,
+// and on high-loss tasks the step threw mu_q to where the inner loop diverged
+// (docs/results.md, "Why PLATIPUS diverged"). eps is drawn per task
+// (meta/task_noise.hpp), so a meta-step's numbers do not depend on threads.
 #pragma once
 
 #include <array>
@@ -49,9 +58,9 @@ requires Model<M, T, B> && Loss<L, T, B>
 class Platipus {
  public:
   // The meta-parameters in a fixed order (also the checkpoint's names).
-  enum Part : int { mu_theta = 0, log_sigma2_theta, log_v_q, gamma_p, gamma_q, part_count };
+  enum Part : int { mu_theta = 0, log_sigma2_theta, log_v_q, log_gamma_p, log_gamma_q, part_count };
   static constexpr std::array<std::string_view, part_count> part_names{
-      "mu_theta", "log_sigma2_theta", "log_v_q", "gamma_p", "gamma_q"};
+      "mu_theta", "log_sigma2_theta", "log_v_q", "log_gamma_p", "log_gamma_q"};
 
   Platipus(M model, L loss, PlatipusSettings settings, Generator& init)
       : model_(std::move(model)),
@@ -62,6 +71,13 @@ class Platipus {
     check(settings.initial_prior_variance > 0 && settings.initial_posterior_variance > 0,
           "Platipus", "initial variances must be positive (got {} and {})",
           settings.initial_prior_variance, settings.initial_posterior_variance);
+    check(settings.initial_gamma_p > 0 && settings.initial_gamma_q > 0, "Platipus",
+          "initial gammas must be positive step sizes (got gamma_p {} and gamma_q {})",
+          settings.initial_gamma_p, settings.initial_gamma_q);
+    check(settings.kl_weight >= 0, "Platipus", "kl_weight must be non-negative, got {}",
+          settings.kl_weight);
+    check(settings.inner_steps >= 0, "Platipus", "inner_steps must be non-negative, got {}",
+          settings.inner_steps);
     check(settings.mean_steps >= 1, "Platipus", "mean_steps must be at least 1, got {}",
           settings.mean_steps);
     const Shape shape{model_.layout().size()};
@@ -70,8 +86,10 @@ class Platipus {
         Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_prior_variance)));
     theta_[log_v_q] =
         Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_posterior_variance)));
-    theta_[gamma_p] = Tensor<T, B>::full(shape, static_cast<T>(settings.initial_gamma_p));
-    theta_[gamma_q] = Tensor<T, B>::full(shape, static_cast<T>(settings.initial_gamma_q));
+    theta_[log_gamma_p] =
+        Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_gamma_p)));
+    theta_[log_gamma_q] =
+        Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_gamma_q)));
   }
 
   // One update of Theta on a batch of tasks.
@@ -114,10 +132,11 @@ class Platipus {
   }
 
   // Steps 1-5 of Algorithm 1 for a batch of tasks: per task, the query loss
-  // of phi and KL(q || p). Theta's parts are leaves of the caller's tape.
+  // of phi and KL(q || p). Theta's parts are leaves of the caller's tape;
+  // `noise` gives the batch's first task its eps.
   std::pair<Var<T, B>, Var<T, B>> objective_terms(const std::array<Var<T, B>, part_count>& v,
                                                   const TaskBatch<T, B>& batch,
-                                                  Generator& gen) const {
+                                                  TaskNoise& noise) const {
     Tape<T, B>& tape = v[0].tape();
     const auto& layout = model_.layout();
     const std::int64_t tasks = batch.tasks();
@@ -127,12 +146,14 @@ class Platipus {
     const auto log_vq = unflatten(v[log_v_q], layout.shapes()),
                log_s2 = unflatten(v[log_sigma2_theta], layout.shapes());
 
-    const auto mu_q = descend(mu, unflatten(v[gamma_q], layout.shapes()), xq, yq, true);  // step 1
-    const auto mu_p = descend(mu, unflatten(v[gamma_p], layout.shapes()), xs, ys, true);  // step 4
-    Pieces<T, B> theta;                                                                   // step 2
+    const auto mu_q = descend(mu, unflatten(exp(v[log_gamma_q]), layout.shapes()), xq, yq,
+                              true);  // step 1
+    const auto mu_p = descend(mu, unflatten(exp(v[log_gamma_p]), layout.shapes()), xs, ys,
+                              true);  // step 4
+    Pieces<T, B> theta;               // step 2
     for (std::size_t i = 0; i < mu_q.size(); ++i)
-      theta.push_back(mu_q[i] + exp(0.5 * log_vq[i]) *
-                                    tape.constant(raw::normal<T, B>(mu_q[i].shape(), gen)));
+      theta.push_back(mu_q[i] +
+                      exp(0.5 * log_vq[i]) * tape.constant(noise.normal<T, B>(mu_q[i].shape())));
     const auto phi = adapt(model_, loss_, theta, xs, ys, inner_loop(true)).params;  // step 3
 
     const auto query = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 1);  // step 5
@@ -156,7 +177,7 @@ class Platipus {
     const std::int64_t tasks = support_x.dim(0), size = layout.size();
     Tape<T, B> tape;
     const auto mu_p = descend(per_task(tape.variable(theta_[mu_theta]), layout, tasks),
-                              unflatten(tape.constant(theta_[gamma_p]), layout.shapes()),
+                              unflatten(exp(tape.constant(theta_[log_gamma_p])), layout.shapes()),
                               tape.constant(support_x), tape.constant(support_y), false);
     const auto log_s2 = unflatten(tape.constant(theta_[log_sigma2_theta]), layout.shapes());
     Pieces<T, B> start;
@@ -221,8 +242,7 @@ class Platipus {
     std::array<Shape, part_count> shapes;
     for (int i = 0; i < part_count; ++i) shapes[i] = theta_[i].shape();
     ChunkResults<T, B> results(ranges.size(), shapes);
-    std::vector<Generator> noise;
-    for (std::size_t c = 0; c < ranges.size(); ++c) noise.push_back(gen.fork());
+    const TaskNoise noise(gen);
     const std::int64_t tasks = batch.tasks();
     const T kl_weight = static_cast<T>(current_kl_weight());
     if (ranges.size() > 1) B::synchronize();  // the workers' streams read this thread's work
@@ -231,7 +251,8 @@ class Platipus {
       Tape<T, B> tape;
       std::array<Var<T, B>, part_count> v;
       for (int i = 0; i < part_count; ++i) v[i] = tape.variable(theta_[i]);
-      const auto [query, kl] = objective_terms(v, chunk, noise[c]);
+      TaskNoise chunk_noise = noise.from_task(ranges[c].start);
+      const auto [query, kl] = objective_terms(v, chunk, chunk_noise);
       const auto grads = grad(sum(query + kl_weight * kl) / static_cast<double>(tasks),
                               std::span<const Var<T, B>>(v));
       results.store(c, grads, step_statistics(sum(query), Var<T, B>{}, sum(kl), tasks));

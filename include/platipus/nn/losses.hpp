@@ -1,11 +1,16 @@
-// Losses (negative log-likelihoods). Each averages over every axis after the
-// first `batch_dims` and returns one value per leading index: with
-// batch_dims = 1 and a leading task axis, one loss per task.
+// Losses (negative log-likelihoods). Each reduces every axis after the first
+// `batch_dims` (the points of a task) by their mean or their sum, and returns
+// one value per leading index: with batch_dims = 1 and a leading task axis,
+// one loss per task.
 //
 //   mse_loss               (pred - target)^2                     regression
 //   bce_with_logits_loss   softplus(z) - y z                     binary classification
 //   softmax_cross_entropy  -log softmax(z)[label]                 K-way classification
-//   gaussian_nll_loss      (log 2 pi var + (y - mean)^2 / var) / 2  heteroscedastic regression
+//   gaussian_nll_loss      (log 2 pi var + (y - mean)^2 / var) / 2  regression with noise variance
+//   var
+//
+// The sum over a task's points is the paper's L = -sum_j log p(y_j | x_j, phi)
+// (Section 3); the mean is MAML's convention (and PyTorch's default).
 #pragma once
 
 #include <cmath>
@@ -17,16 +22,22 @@
 
 namespace platipus {
 
+// How a loss reduces the points of a task.
+enum class Reduction { mean, sum };
+
 namespace detail {
 
 template <class T, class B>
-Var<T, B> mean_after(const Var<T, B>& x, int batch_dims, std::string_view loss) {
+Var<T, B> reduce_after(const Var<T, B>& x, int batch_dims, Reduction reduction,
+                       std::string_view loss) {
   check(batch_dims >= 0 && batch_dims <= x.rank(), loss,
         "batch_dims {} is out of range for shape {}", batch_dims, x.shape());
   std::vector<int> axes(static_cast<std::size_t>(x.rank() - batch_dims));
   std::iota(axes.begin(), axes.end(), batch_dims);
   check(x.numel() > 0, loss, "empty input of shape {}", x.shape());
-  return axes.empty() ? x : mean(x, std::span<const int>(axes));
+  if (axes.empty()) return x;
+  return reduction == Reduction::sum ? sum(x, std::span<const int>(axes))
+                                     : mean(x, std::span<const int>(axes));
 }
 
 // With NanCheck on, throws when the loss is NaN or infinite.
@@ -47,27 +58,29 @@ void check_same_shape(std::string_view loss, const Var<T, B>& input, const Var<T
 }  // namespace detail
 
 template <class T, class B>
-Var<T, B> mse_loss(const Var<T, B>& pred, const Var<T, B>& target, int batch_dims = 0) {
+Var<T, B> mse_loss(const Var<T, B>& pred, const Var<T, B>& target, int batch_dims = 0,
+                   Reduction reduction = Reduction::mean) {
   detail::check_same_shape("mse_loss", pred, target);
-  return detail::checked(detail::mean_after(square(sub(pred, target)), batch_dims, "mse_loss"),
-                         "mse_loss", pred.shape(), target.shape());
+  return detail::checked(
+      detail::reduce_after(square(sub(pred, target)), batch_dims, reduction, "mse_loss"),
+      "mse_loss", pred.shape(), target.shape());
 }
 
 // Sigmoid cross-entropy on logits z with targets y in [0, 1]:
 // -y log s(z) - (1 - y) log(1 - s(z)) = softplus(z) - y z, stable for any z.
 template <class T, class B>
-Var<T, B> bce_with_logits_loss(const Var<T, B>& logits, const Var<T, B>& target,
-                               int batch_dims = 0) {
+Var<T, B> bce_with_logits_loss(const Var<T, B>& logits, const Var<T, B>& target, int batch_dims = 0,
+                               Reduction reduction = Reduction::mean) {
   detail::check_same_shape("bce_with_logits_loss", logits, target);
-  return detail::checked(detail::mean_after(sub(softplus(logits), mul(target, logits)), batch_dims,
-                                            "bce_with_logits_loss"),
+  return detail::checked(detail::reduce_after(sub(softplus(logits), mul(target, logits)),
+                                              batch_dims, reduction, "bce_with_logits_loss"),
                          "bce_with_logits_loss", logits.shape(), target.shape());
 }
 
 // Logits [..., K], integer labels [...] in [0, K).
 template <class T, class B>
-Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels,
-                                int batch_dims = 0) {
+Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels, int batch_dims = 0,
+                                Reduction reduction = Reduction::mean) {
   constexpr std::string_view name = "softmax_cross_entropy";
   check(logits.rank() >= 1 && labels.shape() == logits.shape().take_front(logits.rank() - 1), name,
         "labels {} must have the shape of logits {} without its last axis", labels.shape(),
@@ -82,14 +95,15 @@ Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels,
   }
   const auto target = logits.tape().constant(Tensor<T, B>::from_host(logits.shape(), one_hot));
   const auto nll = neg(sum(mul(target, log_softmax(logits, -1)), {-1}));
-  return detail::checked(detail::mean_after(nll, batch_dims, name), name, logits.shape(),
-                         labels.shape());
+  return detail::checked(detail::reduce_after(nll, batch_dims, reduction, name), name,
+                         logits.shape(), labels.shape());
 }
 
 // Negative log-likelihood of target under N(mean, variance), constant included.
 template <class T, class B>
 Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
-                            const Var<T, B>& target, int batch_dims = 0) {
+                            const Var<T, B>& target, int batch_dims = 0,
+                            Reduction reduction = Reduction::mean) {
   constexpr std::string_view name = "gaussian_nll_loss";
   detail::check_same_shape(name, mean_, target);
   check(broadcast_shapes(variance.shape(), mean_.shape(), name) == mean_.shape(), name,
@@ -97,8 +111,8 @@ Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
   const T log_two_pi = static_cast<T>(std::log(2 * std::numbers::pi));
   const auto per_point = scale(
       shift(add(log(variance), div(square(sub(target, mean_)), variance)), log_two_pi), T(0.5));
-  return detail::checked(detail::mean_after(per_point, batch_dims, name), name, mean_.shape(),
-                         target.shape());
+  return detail::checked(detail::reduce_after(per_point, batch_dims, reduction, name), name,
+                         mean_.shape(), target.shape());
 }
 
 }  // namespace platipus
@@ -108,16 +122,37 @@ namespace platipus {
 // The losses as function objects, in the form the meta-learners take
 // (`loss(prediction, target, batch_dims)`; see meta/concepts.hpp).
 struct MseLoss {
+  Reduction reduction = Reduction::mean;
   template <class T, class B>
   Var<T, B> operator()(const Var<T, B>& pred, const Var<T, B>& target, int batch_dims) const {
-    return mse_loss(pred, target, batch_dims);
+    return mse_loss(pred, target, batch_dims, reduction);
+  }
+};
+
+// The negative log-likelihood of regression targets under N(prediction,
+// noise_std^2), noise_std known (the sinusoid-or-line tasks' 0.3), summed
+// over a task's points by default: the likelihood of the paper's Algorithm 1,
+// on the scale of its KL term. Up to the constant, the sum of squared errors
+// over 2 noise_std^2.
+struct GaussianNllLoss {
+  double noise_std = 0.3;
+  Reduction reduction = Reduction::sum;
+
+  template <class T, class B>
+  Var<T, B> operator()(const Var<T, B>& pred, const Var<T, B>& target, int batch_dims) const {
+    check(std::isfinite(noise_std) && noise_std > 0, "GaussianNllLoss",
+          "noise_std must be positive and finite, got {}", noise_std);
+    const auto variance =
+        pred.tape().constant(Tensor<T, B>::full(Shape{}, static_cast<T>(noise_std * noise_std)));
+    return gaussian_nll_loss(pred, variance, target, batch_dims, reduction);
   }
 };
 
 struct BceWithLogitsLoss {
+  Reduction reduction = Reduction::mean;
   template <class T, class B>
   Var<T, B> operator()(const Var<T, B>& logits, const Var<T, B>& target, int batch_dims) const {
-    return bce_with_logits_loss(logits, target, batch_dims);
+    return bce_with_logits_loss(logits, target, batch_dims, reduction);
   }
 };
 
@@ -125,6 +160,7 @@ struct BceWithLogitsLoss {
 // last axis of 1 ([..., N, 1]), so that labels travel in a TaskBatch like
 // regression targets do.
 struct SoftmaxCrossEntropyLoss {
+  Reduction reduction = Reduction::mean;
   template <class T, class B>
   Var<T, B> operator()(const Var<T, B>& logits, const Var<T, B>& target, int batch_dims) const {
     check(target.rank() == logits.rank() && target.dim(-1) == 1, "softmax_cross_entropy",
@@ -133,7 +169,8 @@ struct SoftmaxCrossEntropyLoss {
     std::vector<std::int64_t> labels;
     for (T v : target.to_vector()) labels.push_back(static_cast<std::int64_t>(v));
     const Shape label_shape = target.shape().take_front(target.rank() - 1);
-    return softmax_cross_entropy(logits, Index<B>::from_host(label_shape, labels), batch_dims);
+    return softmax_cross_entropy(logits, Index<B>::from_host(label_shape, labels), batch_dims,
+                                 reduction);
   }
 };
 

@@ -1,0 +1,52 @@
+// The random draws of a meta-step, keyed by task. Each task of a meta-batch
+// reads Philox under its own stream, a hash of (the step's key, the task's
+// index in the batch), so the numbers a task gets depend on the seed, the
+// step and the task only: not on how the batch is cut into chunks (threads
+// today, processes later) nor on the backend.
+//
+//   TaskNoise noise(gen);                    // one draw from gen per meta-step
+//   auto chunk = noise.from_task(start);     // the tasks [start, ...) of a chunk
+//   chunk.normal<T, B>({tasks, ...});        // row t from task start + t
+#pragma once
+
+#include "platipus/tensor/random.hpp"
+
+namespace platipus {
+
+class TaskNoise {
+ public:
+  explicit TaskNoise(Generator& gen) : seed_(gen.seed()), key_(gen.bits()) {}
+
+  // The same noise seen from task `first` on: row 0 of the next draw is task `first`'s.
+  TaskNoise from_task(std::int64_t first) const {
+    TaskNoise chunk = *this;
+    chunk.first_ = first;
+    return chunk;
+  }
+
+  // N(0, 1) of `shape`, whose leading axis runs over tasks: every row comes
+  // from its task's stream, at the same position in every stream.
+  template <class T, class B>
+  Tensor<T, B> normal(const Shape& shape) {
+    check(shape.rank() >= 1, "TaskNoise::normal", "the shape {} has no task axis", shape);
+    Tensor<T, B> y(shape);
+    const std::int64_t tasks = shape[0], row = tasks ? y.numel() / tasks : 0;
+    for (std::int64_t t = 0; t < tasks && row > 0; ++t)
+      B::fill_normal(y.data() + t * row, row, seed_, stream(first_ + t), block_);
+    block_ +=
+        static_cast<std::uint64_t>((row + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block);
+    return y;
+  }
+
+ private:
+  std::uint64_t stream(std::int64_t task) const {
+    const PhiloxBlock b = philox4x32_10(key_, static_cast<std::uint64_t>(task), 0x7461736bull);
+    return static_cast<std::uint64_t>(b[0]) << 32 | b[1];
+  }
+
+  std::uint64_t seed_, key_;
+  std::int64_t first_ = 0;
+  std::uint64_t block_ = 0;
+};
+
+}  // namespace platipus

@@ -1,0 +1,128 @@
+// How good a learner's uncertainty is, task by task: the scores the
+// examples report for MAML, MAML + noise and PLATIPUS. Host-side, on
+// predictions already copied from the backend.
+//
+// Regression: S sampled models predict f_s(x) for N query points; with the
+// likelihood's noise scale sigma the predictive distribution of y at x is the
+// mixture (1/S) sum_s N(f_s(x), sigma^2) (one Gaussian for S = 1, as for MAML).
+//   mse         (mean_s f_s(x) - y)^2, averaged over points
+//   nll         -log (1/S) sum_s N(y; f_s(x), sigma^2), averaged over points
+//   coverage    share of points whose y lies in the mixture's central
+//               `interval` (by default 90%) predictive interval
+// Binary classification: the predictive probability p(x) of class 1 (the
+// mean of the samples' probabilities).
+//   accuracy    share of points with (p > 1/2) == label
+//   nll         -log p(label), averaged over points
+//   ece         expected calibration error (Guo et al., ICML 2017): points
+//               binned by confidence max(p, 1 - p) into `bins` equal bins,
+//               sum_b (n_b / N) |accuracy_b - confidence_b|
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <span>
+#include <vector>
+
+#include "platipus/core/error.hpp"
+
+namespace platipus {
+
+struct RegressionScores {
+  double mse = 0, nll = 0, coverage = 0;
+};
+
+// samples [S, N] (row s: model s's predictions), targets [N].
+inline RegressionScores score_regression(std::span<const double> samples,
+                                         std::span<const double> targets, double noise_std,
+                                         double interval = 0.9) {
+  constexpr std::string_view name = "score_regression";
+  const std::size_t n = targets.size();
+  check(n > 0 && samples.size() >= n && samples.size() % n == 0, name,
+        "{} predictions do not form [samples, {}] rows", samples.size(), n);
+  check(std::isfinite(noise_std) && noise_std > 0, name, "noise_std must be positive, got {}",
+        noise_std);
+  check(interval > 0 && interval < 1, name, "interval must lie in (0, 1), got {}", interval);
+  const std::size_t s_count = samples.size() / n;
+  const double s = static_cast<double>(s_count);
+  auto prediction = [&](std::size_t k, std::size_t i) {
+    return samples[k * n + i];
+  };
+  // The mixture's CDF at y, and the point where it reaches `level` (bisection
+  // between the outermost components' +-10 sigma, where it is 0 and 1).
+  auto cdf = [&](std::size_t i, double y) {
+    double c = 0;
+    for (std::size_t k = 0; k < s_count; ++k)
+      c += 0.5 * std::erfc(-(y - prediction(k, i)) / (noise_std * std::numbers::sqrt2)) / s;
+    return c;
+  };
+  auto quantile = [&](std::size_t i, double level) {
+    double low = prediction(0, i), high = low;
+    for (std::size_t k = 1; k < s_count; ++k)
+      low = std::min(low, prediction(k, i)), high = std::max(high, prediction(k, i));
+    low -= 10 * noise_std, high += 10 * noise_std;
+    for (int iteration = 0; iteration < 60; ++iteration) {
+      const double middle = 0.5 * (low + high);
+      (cdf(i, middle) < level ? low : high) = middle;
+    }
+    return 0.5 * (low + high);
+  };
+  RegressionScores scores;
+  const double log_norm = std::log(noise_std) + 0.5 * std::log(2 * std::numbers::pi);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double y = targets[i];
+    double mean = 0, largest = -INFINITY;
+    std::vector<double> log_densities(s_count);
+    for (std::size_t k = 0; k < s_count; ++k) {
+      const double z = (y - prediction(k, i)) / noise_std;
+      mean += prediction(k, i) / s;
+      log_densities[k] = -0.5 * z * z - log_norm;
+      largest = std::max(largest, log_densities[k]);
+    }
+    double total = 0;  // log-sum-exp, so that far-off targets do not underflow to log 0
+    for (double l : log_densities) total += std::exp(l - largest);
+    scores.mse += (mean - y) * (mean - y) / static_cast<double>(n);
+    scores.nll -= (largest + std::log(total / s)) / static_cast<double>(n);
+    const double tail = 0.5 * (1 - interval);
+    const bool inside = y >= quantile(i, tail) && y <= quantile(i, 1 - tail);
+    scores.coverage += inside / static_cast<double>(n);
+  }
+  return scores;
+}
+
+struct ClassificationScores {
+  double accuracy = 0, nll = 0, ece = 0;
+};
+
+// probabilities [N] of class 1, labels [N] in {0, 1}.
+inline ClassificationScores score_binary_classification(std::span<const double> probabilities,
+                                                        std::span<const double> labels,
+                                                        int bins = 10) {
+  constexpr std::string_view name = "score_binary_classification";
+  const std::size_t n = labels.size();
+  check(n > 0 && probabilities.size() == n, name, "{} probabilities for {} labels",
+        probabilities.size(), n);
+  check(bins > 0, name, "bins must be positive, got {}", bins);
+  std::vector<double> bin_count(static_cast<std::size_t>(bins)), bin_correct(bin_count.size()),
+      bin_confidence(bin_count.size());
+  ClassificationScores scores;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double p = probabilities[i];
+    check(p >= 0 && p <= 1 && (labels[i] == 0 || labels[i] == 1), name,
+          "point {}: probability {} and label {} (need [0, 1] and {{0, 1}})", i, p, labels[i]);
+    const bool positive = labels[i] == 1, correct = (p > 0.5) == positive;
+    const double confidence = std::max(p, 1 - p);
+    scores.accuracy += correct / static_cast<double>(n);
+    scores.nll -= std::log(std::max(positive ? p : 1 - p, 1e-12)) / static_cast<double>(n);
+    const auto b = std::min(static_cast<std::size_t>(confidence * bins), bin_count.size() - 1);
+    bin_count[b] += 1;
+    bin_correct[b] += correct;
+    bin_confidence[b] += confidence;
+  }
+  for (std::size_t b = 0; b < bin_count.size(); ++b)
+    if (bin_count[b] > 0)
+      scores.ece += std::abs(bin_correct[b] - bin_confidence[b]) / static_cast<double>(n);
+  return scores;
+}
+
+}  // namespace platipus
