@@ -261,21 +261,24 @@ struct cpu {
 
   // Box-Muller for float fills, with Eigen's vectorised log, sin and cos:
   // pair p (elements 2p, 2p + 1) reads lanes 2 (p % 2) and 2 (p % 2) + 1 of
-  // block p / 2, as PhiloxDraw<float>::normal defines.
+  // block p / 2, as PhiloxDraw<float>::normal defines. Each block is
+  // computed once for its two pairs.
   static void normal_float(float* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
                            std::uint64_t block) {
     using Array = Eigen::ArrayXf;
-    constexpr std::int64_t chunk = 1024;  // pairs per pass, so the temporaries stay in L1
+    constexpr std::int64_t chunk = 1024;  // pairs per pass (even), so temporaries stay in L1
     Array u0(chunk), u1(chunk), radius(chunk), angle(chunk);
-    for (std::int64_t first = 0; first < (n + 1) / 2; first += chunk) {
-      const std::int64_t pairs = std::min(chunk, (n + 1) / 2 - first);
-      for (std::int64_t p = 0; p < pairs; ++p) {
-        const std::int64_t pair = first + p;
+    const std::int64_t total_pairs = (n + 1) / 2;
+    for (std::int64_t first = 0; first < total_pairs; first += chunk) {
+      const std::int64_t pairs = std::min(chunk, total_pairs - first);
+      const std::uint64_t first_block = block + static_cast<std::uint64_t>(first / 2);
+      for (std::int64_t j = 0; 2 * j < pairs; ++j) {
         const PhiloxBlock b =
-            philox4x32_10(seed, block + static_cast<std::uint64_t>(pair / 2), stream);
-        const int lane = 2 * static_cast<int>(pair % 2);
-        u0[p] = PhiloxDraw<float>::uniform(b, lane);
-        u1[p] = PhiloxDraw<float>::uniform(b, lane + 1);
+            philox4x32_10(seed, first_block + static_cast<std::uint64_t>(j), stream);
+        u0[2 * j] = PhiloxDraw<float>::uniform(b, 0);
+        u1[2 * j] = PhiloxDraw<float>::uniform(b, 1);
+        u0[2 * j + 1] = PhiloxDraw<float>::uniform(b, 2);
+        u1[2 * j + 1] = PhiloxDraw<float>::uniform(b, 3);
       }
       radius.head(pairs) = (-2.0f * u0.head(pairs).log()).sqrt();
       angle.head(pairs) = PhiloxDraw<float>::two_pi * u1.head(pairs);
