@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,8 @@ struct TrainingOptions {
   double inner_rate = 0, kl_weight = 0;
   double gradient_noise = 0;  // MAML + noise: std of the inner gradient's noise
   long kl_anneal_steps = 0;   // the appendix anneals towards the KL weight; 0: constant
+  // PLATIPUS's query likelihood: summed over the points (the ELBO) or averaged.
+  platipus::Reduction query_reduction = platipus::Reduction::sum;
   double meta_rate = 1e-3;
   double prior_variance = 0.001, posterior_variance = 0.001, gamma = 0;
   int threads = 0;
@@ -149,6 +152,10 @@ struct TrainingOptions {
     app.add_option("--kl-anneal-steps", kl_anneal_steps,
                    "ramp beta up from 0 over this many steps (0: constant)")
         ->check(CLI::NonNegativeNumber);
+    app.add_option("--query-reduction", query_reduction,
+                   "PLATIPUS's query likelihood over a task's points: sum (the ELBO) or mean")
+        ->transform(CLI::CheckedTransformer(std::map<std::string, platipus::Reduction>{
+            {"sum", platipus::Reduction::sum}, {"mean", platipus::Reduction::mean}}));
     app.add_option("--meta-rate", meta_rate, "Adam's learning rate on the meta-parameters")
         ->check(CLI::PositiveNumber);
     app.add_option("--prior-variance", prior_variance, "initial sigma2_theta")
@@ -169,6 +176,7 @@ struct TrainingOptions {
             {"kl_weight", kl_weight},
             {"gradient_noise", gradient_noise},
             {"kl_anneal_steps", kl_anneal_steps},
+            {"query_reduction", query_reduction == platipus::Reduction::sum ? "sum" : "mean"},
             {"meta_rate", meta_rate},
             {"prior_variance", prior_variance},
             {"posterior_variance", posterior_variance},
@@ -187,6 +195,7 @@ struct TrainingOptions {
     return {.inner_steps = inner_steps,
             .inner_learning_rate = inner_rate,
             .kl_weight = kl_weight,
+            .query_reduction = query_reduction,
             .kl_anneal_steps = static_cast<int>(kl_anneal_steps),
             .initial_prior_variance = prior_variance,
             .initial_posterior_variance = posterior_variance,

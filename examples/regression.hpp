@@ -17,15 +17,15 @@ struct RegressionOptions : TrainingOptions {
 
   RegressionOptions() {
     // The paper's alpha = 0.001 for regression is a step on the mean squared
-    // error of the K = 5 support points (MAML's reference code reduces so); on
-    // the summed likelihood sum (y - f)^2 / (2 0.3^2) that the learners train
-    // on it is 0.001 * 2 * 0.3^2 / 5 = 3.6e-5: the same steps.
-    inner_rate = 3.6e-5;
-    gamma = 3.6e-5;   // gamma_p and gamma_q start as alpha does
-    kl_weight = 1.5;  // paper: 1.5 for 1-D regression
-    // MAML + noise: over 5 inner steps of 3.6e-5, noise of std 400 moves the
+    // error (MAML's reference code reduces so); on the mean Gaussian NLL
+    // (y - f)^2 / (2 0.3^2) + c that the learners adapt with it is
+    // 0.001 * 2 * 0.3^2 = 1.8e-4: the same steps.
+    inner_rate = 1.8e-4;
+    gamma = 1.8e-4;   // gamma_p and gamma_q start as alpha
+    kl_weight = 1.5;  // paper: 1.5 for 1-D regression, against the summed query NLL
+    // MAML + noise: over 5 inner steps of 1.8e-4, noise of std 80 moves the
     // weights by about sqrt(5) * 0.0144 = 0.03, PLATIPUS's initial prior std.
-    gradient_noise = 400;
+    gradient_noise = 80;
   }
 
   void add_flags(CLI::App& app) {
@@ -44,8 +44,9 @@ struct RegressionOptions : TrainingOptions {
 
   // The tasks' label noise, the likelihood's known noise scale.
   static double noise_std() { return platipus::data::SinusoidLineSettings{}.noise_std; }
-  // The likelihood every learner trains on: N(y; f(x), 0.3^2), summed over a
-  // task's points (docs/algorithms.md, "The likelihood").
+  // The likelihood every learner trains on: N(y; f(x), 0.3^2), averaged over
+  // a task's points for the gradient steps, summed over the query points in
+  // PLATIPUS's ELBO (docs/algorithms.md, "The objective, term by term").
   static platipus::GaussianNllLoss loss() { return {.noise_std = noise_std()}; }
 };
 

@@ -414,3 +414,57 @@ TEST_CASE("PLATIPUS trains 2,000 meta-steps at meta learning rate 1e-2 without d
   INFO("mean query loss over the first and the last 200 steps: " << first << ", " << last);
   CHECK(last < 0.7 * first);
 }
+
+TEST_CASE("PLATIPUS's meta-gradient matches central finite differences of its objective",
+          "[platipus][gradcheck]") {
+  using DoublePlatipus = Platipus<nn::Sequential, GaussianNllLoss, double>;
+  const auto model =
+      nn::mlp({.inputs = 1, .hidden = {6}, .outputs = 1, .activation = nn::Activation::tanh});
+  Generator data(79);
+  const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
+  for (const Reduction query_reduction : {Reduction::sum, Reduction::mean}) {
+    Generator init(80);
+    const PlatipusSettings settings{.inner_steps = 2,
+                                    .inner_learning_rate = 0.02,
+                                    .kl_weight = 0.7,
+                                    .query_reduction = query_reduction,
+                                    .initial_prior_variance = 0.05,
+                                    .initial_posterior_variance = 0.02,
+                                    .initial_gamma_p = 0.03,
+                                    .initial_gamma_q = 0.05,
+                                    .threads = 1};
+    DoublePlatipus learner(model, GaussianNllLoss{.noise_std = 0.5}, settings, init);
+    // The objective for one fixed draw of the noise: the same generator state every time.
+    const Generator noise(81);
+    auto objective = [&] {
+      Generator gen = noise;
+      MetaStepResult result;
+      learner.meta_gradient(batch, gen, &result);
+      return result.query_loss + settings.kl_weight * result.kl;
+    };
+    Generator gen = noise;
+    const auto gradients = learner.meta_gradient(batch, gen);
+    Generator pick(82);
+    for (int p = 0; p < DoublePlatipus::part_count; ++p) {
+      const auto part = static_cast<DoublePlatipus::Part>(p);
+      for (int k = 0; k < 4; ++k) {
+        const auto i = static_cast<std::size_t>(pick.index(learner.part(part).numel()));
+        auto values = learner.part(part).to_vector();
+        const double h = 1e-6, original = values[i];
+        values[i] = original + h;
+        learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
+        const double up = objective();
+        values[i] = original - h;
+        learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
+        const double down = objective();
+        values[i] = original;
+        learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
+        const double numeric = (up - down) / (2 * h),
+                     analytic = gradients[static_cast<std::size_t>(p)].to_vector()[i];
+        INFO(DoublePlatipus::part_names[static_cast<std::size_t>(p)]
+             << "[" << i << "]: analytic " << analytic << ", numeric " << numeric);
+        CHECK(analytic == Approx(numeric).epsilon(1e-5).margin(1e-8));
+      }
+    }
+  }
+}

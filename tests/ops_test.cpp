@@ -304,7 +304,8 @@ TEST_CASE("a loss's reduction over a task's points is their mean or their sum", 
   CHECK(summed_bce[1] == Approx(2 * mean_bce[1]));
 }
 
-TEST_CASE("GaussianNllLoss is -sum log N(y; f, sigma^2) over a task's points", "[loss]") {
+TEST_CASE("GaussianNllLoss is -log N(y; f, sigma^2), summed or averaged over a task's points",
+          "[loss]") {
   Tape<double> tape;
   const auto p = tape.constant(Tensor<double>::from_host({2, 2, 1}, {1.0, 2.0, 0.0, 3.0}));
   const auto y = tape.constant(Tensor<double>::from_host({2, 2, 1}, {0.5, 2.0, 0.3, 2.0}));
@@ -313,10 +314,11 @@ TEST_CASE("GaussianNllLoss is -sum log N(y; f, sigma^2) over a task's points", "
     return 0.5 * std::log(2 * M_PI * sigma * sigma) +
            (target - f) * (target - f) / (2 * sigma * sigma);
   };
-  const auto summed = GaussianNllLoss{.noise_std = sigma}(p, y, 1).to_vector();
+  const auto summed =
+      GaussianNllLoss{.noise_std = sigma, .reduction = Reduction::sum}(p, y, 1).to_vector();
   CHECK(summed[0] == Approx(nll(1.0, 0.5) + nll(2.0, 2.0)));
   CHECK(summed[1] == Approx(nll(0.0, 0.3) + nll(3.0, 2.0)));
-  const auto mean = GaussianNllLoss{.noise_std = sigma, .reduction = Reduction::mean}(p, y, 1);
+  const auto mean = GaussianNllLoss{.noise_std = sigma}(p, y, 1);  // the default
   CHECK(mean.to_vector()[1] == Approx(summed[1] / 2));
   for (double bad : {0.0, -1.0, std::nan("")})
     CHECK_THROWS_WITH(GaussianNllLoss{.noise_std = bad}(p, y, 1),

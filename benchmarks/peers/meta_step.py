@@ -7,7 +7,7 @@ Workloads (the same as benchmarks/meta_step.cpp):
   platipus  PLATIPUS (Algorithm 1 with the Section 4.4 prior): the same tasks,
             posterior and prior means after one gradient step, reparameterised
             sample, 5 inner steps, query MSE + 1.5 * KL, one Adam step on
-            (mu, log sigma2, log v_q, gamma_p, gamma_q).
+            (mu, log sigma2, log v_q, log gamma_p, log gamma_q).
 Networks: small = 1-40-40-1 ReLU; paper = 20-dim bias transformation + 3 x 100 ReLU.
 
 Modes: torch "loop" (the usual per-task Python loop, eager), torch "vmap"
@@ -85,7 +85,7 @@ def run_torch(args):
     if args.algorithm == "maml":
         meta = base
     else:
-        meta = base + [torch.full_like(p, v, requires_grad=True) for v in (math.log(0.01), math.log(0.01), 0.01, 0.01)
+        meta = base + [torch.full_like(p, v, requires_grad=True) for v in (math.log(0.01),) * 4
                        for p in base]
     optimizer = torch.optim.Adam(meta, lr=1e-3)
     count = len(base)
@@ -99,6 +99,7 @@ def run_torch(args):
                     fast = sgd(fast, torch.autograd.grad(mse(fast, xs, ys), fast, create_graph=True), ALPHA)
                 return mse(fast, xq, yq)
             mu, log_s2, log_vq, gp, gq = (meta[i * count:(i + 1) * count] for i in range(5))
+            gp, gq = [torch.exp(g_) for g_ in gp], [torch.exp(g_) for g_ in gq]  # step sizes stored as logs
             gq_grad = torch.autograd.grad(mse(mu, xq, yq), mu, create_graph=True)
             mu_q = [m - g_ * d for m, g_, d in zip(mu, gq, gq_grad)]
             gp_grad = torch.autograd.grad(mse(mu, xs, ys), mu, create_graph=True)
@@ -137,6 +138,7 @@ def run_torch(args):
         else:
             def objective(theta, xs, ys, xq, yq, eps):
                 mu, log_s2, log_vq, gp, gq = (theta[i * count:(i + 1) * count] for i in range(5))
+                gp, gq = [torch.exp(g_) for g_ in gp], [torch.exp(g_) for g_ in gq]  # step sizes stored as logs
                 mu_q = [m - g_ * d for m, g_, d in zip(mu, gq, grad(mse)(mu, xq, yq))]
                 mu_p = [m - g_ * d for m, g_, d in zip(mu, gp, grad(mse)(mu, xs, ys))]
                 fast = adapt([m + torch.exp(0.5 * lv) * e for m, lv, e in zip(mu_q, log_vq, eps)], xs, ys)
@@ -197,10 +199,11 @@ def run_jax(args):
         def objective(theta, xs, ys, xq, yq, eps):
             return mse(adapt(theta, xs, ys), xq, yq)
     else:
-        meta = base + [jnp.full_like(p, v) for v in (math.log(0.01), math.log(0.01), 0.01, 0.01) for p in base]
+        meta = base + [jnp.full_like(p, v) for v in (math.log(0.01),) * 4 for p in base]
 
         def objective(theta, xs, ys, xq, yq, eps):
             mu, log_s2, log_vq, gp, gq = (theta[i * count:(i + 1) * count] for i in range(5))
+            gp, gq = [jnp.exp(g_) for g_ in gp], [jnp.exp(g_) for g_ in gq]  # step sizes stored as logs
             mu_q = [m - g_ * d for m, g_, d in zip(mu, gq, jax.grad(mse)(mu, xq, yq))]
             mu_p = [m - g_ * d for m, g_, d in zip(mu, gp, jax.grad(mse)(mu, xs, ys))]
             fast = adapt([m + jnp.exp(0.5 * lv) * e for m, lv, e in zip(mu_q, log_vq, eps)], xs, ys)

@@ -36,6 +36,7 @@
 #include "platipus/meta/maml.hpp"
 #include "platipus/meta/predict.hpp"
 #include "platipus/meta/task_parallel.hpp"
+#include "platipus/nn/losses.hpp"
 #include "platipus/optim/optimizers.hpp"
 
 namespace platipus {
@@ -44,7 +45,11 @@ struct PlatipusSettings {
   int inner_steps = 5;
   double inner_learning_rate = 1e-3;  // alpha (paper: 1e-3 regression, 1e-2 classification)
   int mean_steps = 1;                 // gradient steps for the prior and posterior means (paper: 1)
-  double kl_weight = 1.5;   // beta (paper: 1.5 for 1-D regression, 0.01 for 2-D classification)
+  double kl_weight = 1.5;  // beta (paper: 1.5 for 1-D regression, 0.01 for 2-D classification)
+  // How step 5 reduces the losses of a task's query points: their sum, the
+  // likelihood term of the ELBO (Section 4), or their mean. The loss's own
+  // reduction sets the scale of the gradient steps 1, 3 and 4 only.
+  Reduction query_reduction = Reduction::sum;
   int kl_anneal_steps = 0;  // ramp beta linearly from 0 over this many meta-steps (0: none)
   double initial_prior_variance = 0.01;      // sigma2_theta at initialisation
   double initial_posterior_variance = 0.01;  // v_q at initialisation
@@ -156,7 +161,10 @@ class Platipus {
                       exp(0.5 * log_vq[i]) * tape.constant(noise.normal<T, B>(mu_q[i].shape())));
     const auto phi = adapt(model_, loss_, theta, xs, ys, inner_loop(true)).params;  // step 3
 
-    const auto query = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 1);  // step 5
+    const auto per_point = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 2);
+    const auto query = settings_.query_reduction == Reduction::sum
+                           ? sum(per_point, {1})
+                           : mean(per_point, {1});  // step 5
     Var<T, B> kl;
     for (std::size_t i = 0; i < mu_q.size(); ++i) {
       const auto term =

@@ -130,13 +130,14 @@ struct MseLoss {
 };
 
 // The negative log-likelihood of regression targets under N(prediction,
-// noise_std^2), noise_std known (the sinusoid-or-line tasks' 0.3), summed
-// over a task's points by default: the likelihood of the paper's Algorithm 1,
-// on the scale of its KL term. Up to the constant, the sum of squared errors
-// over 2 noise_std^2.
+// noise_std^2), noise_std known (the sinusoid-or-line tasks' 0.3): up to a
+// constant, the squared error over 2 noise_std^2. Averaged over a task's
+// points by default, so that a gradient step's size does not grow with the
+// number of points; PLATIPUS sums it over the query points for its ELBO
+// (PlatipusSettings::query_reduction).
 struct GaussianNllLoss {
   double noise_std = 0.3;
-  Reduction reduction = Reduction::sum;
+  Reduction reduction = Reduction::mean;
 
   template <class T, class B>
   Var<T, B> operator()(const Var<T, B>& pred, const Var<T, B>& target, int batch_dims) const {
