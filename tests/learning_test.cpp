@@ -366,7 +366,7 @@ TEST_CASE("PLATIPUS's step sizes gamma stay positive: they are stored as logarit
     for (float v : model.part(part).to_vector()) CHECK(std::isfinite(v));
 }
 
-TEST_CASE("PLATIPUS refuses settings that make no sense, naming the setting",
+TEST_CASE("PLATIPUS and MAML refuse settings that make no sense, naming the setting",
           "[platipus][errors]") {
   using Catch::Contains;
   Generator init(78);
@@ -383,6 +383,12 @@ TEST_CASE("PLATIPUS refuses settings that make no sense, naming the setting",
   const auto batch = Sampler({.support = 2, .query = 2}).sample(1, init);
   CHECK_THROWS_WITH(model.sample(batch.support_x, batch.support_y, 0, init),
                     Contains("number of samples"));
+  using MamlModel = Maml<nn::Sequential, MseLoss>;
+  auto make_maml = [&](MamlSettings s) {
+    MamlModel(small_network(), MseLoss{}, s, init);
+  };
+  CHECK_THROWS_WITH(make_maml({.inner_gradient_noise = -1}), Contains("inner_gradient_noise"));
+  CHECK_THROWS_WITH(make_maml({.inner_steps = -1}), Contains("inner_steps"));
 }
 
 // Before gammas were stored as logarithms this run diverged (a NaN query

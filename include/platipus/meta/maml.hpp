@@ -44,7 +44,13 @@ class Maml {
         settings_(settings),
         params_(model_.template initialize<T, B>(init)),
         optimizer_(settings.meta_optimizer),
-        pool_(std::make_unique<ThreadPool>(settings.threads)) {}
+        pool_(std::make_unique<ThreadPool>(settings.threads)) {
+    check(settings.inner_steps >= 0, "Maml", "inner_steps must be non-negative, got {}",
+          settings.inner_steps);
+    check(settings.inner_gradient_noise >= 0, "Maml",
+          "inner_gradient_noise is a standard deviation and must be non-negative, got {}",
+          settings.inner_gradient_noise);
+  }
 
   // One meta-update of theta on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
