@@ -71,6 +71,11 @@ nlohmann::json evaluate(const RegressionLearners& learners, long tasks, long sam
                         {"coverage90", field(&RegressionScores::coverage)}};
   }
   results["platipus"]["mse_per_sample"] = estimate(per_sample_mse).json();
+  // PLATIPUS's MSE minus MAML's, paired by task (negative: PLATIPUS is better).
+  std::vector<double> difference;
+  for (std::size_t t = 0; t < scores["maml"].size(); ++t)
+    difference.push_back(scores["platipus"][t].mse - scores["maml"][t].mse);
+  results["platipus_minus_maml_mse"] = estimate(difference).json();
   return results;
 }
 
@@ -174,6 +179,10 @@ int main(int argc, char** argv) {
       fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", learner, text("mse"), text("nll"),
                  text("coverage90"));
     }
+    fmt::print("  PLATIPUS's MSE minus MAML's, paired by task: {}\n",
+               Estimate{results["platipus_minus_maml_mse"]["mean"],
+                        results["platipus_minus_maml_mse"]["ci95"]}
+                   .text());
     fmt::print("  PLATIPUS's MSE per single sample: {}\n",
                Estimate{results["platipus"]["mse_per_sample"]["mean"],
                         results["platipus"]["mse_per_sample"]["ci95"]}
