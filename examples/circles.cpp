@@ -85,16 +85,10 @@ nlohmann::json evaluate(const CircleLearners& learners, long tasks, long samples
         }
       });
   nlohmann::json results{{"tasks", tasks}, {"query_points", 100}, {"samples", samples}};
-  for (const auto& [learner, s] : scores) {
-    auto field = [&](double ClassificationScores::*member) {
-      std::vector<double> values;
-      for (const auto& task : s) values.push_back(task.*member);
-      return estimate(values).json();
-    };
-    results[learner] = {{"accuracy", field(&ClassificationScores::accuracy)},
-                        {"nll", field(&ClassificationScores::nll)},
-                        {"ece", field(&ClassificationScores::ece)}};
-  }
+  for (const auto& [learner, s] : scores)
+    results[learner] = {{"accuracy", estimate_of(s, &ClassificationScores::accuracy).json()},
+                        {"nll", estimate_of(s, &ClassificationScores::nll).json()},
+                        {"ece", estimate_of(s, &ClassificationScores::ece).json()}};
   return results;
 }
 

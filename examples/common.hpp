@@ -79,6 +79,14 @@ inline Estimate estimate(const std::vector<double>& values) {
   return {mean, 1.96 * std::sqrt(variance / n)};
 }
 
+// The estimate over tasks of one of their scores (e.g. &RegressionScores::mse).
+template <class Scores>
+Estimate estimate_of(const std::vector<Scores>& tasks, double Scores::*score) {
+  std::vector<double> values;
+  for (const auto& task : tasks) values.push_back(task.*score);
+  return estimate(values);
+}
+
 inline void write_json(const fs::path& path, const nlohmann::json& value) {
   platipus::io::write_file_atomically(path, value.dump(2) + "\n");
 }

@@ -60,16 +60,10 @@ nlohmann::json evaluate(const RegressionLearners& learners, long tasks, long sam
                          {"support_points", 5},
                          {"samples", samples},
                          {"noise_std", noise}};
-  for (const auto& [learner, s] : scores) {
-    auto field = [&](double RegressionScores::*member) {
-      std::vector<double> values;
-      for (const auto& task : s) values.push_back(task.*member);
-      return estimate(values).json();
-    };
-    results[learner] = {{"mse", field(&RegressionScores::mse)},
-                        {"nll", field(&RegressionScores::nll)},
-                        {"coverage90", field(&RegressionScores::coverage)}};
-  }
+  for (const auto& [learner, s] : scores)
+    results[learner] = {{"mse", estimate_of(s, &RegressionScores::mse).json()},
+                        {"nll", estimate_of(s, &RegressionScores::nll).json()},
+                        {"coverage90", estimate_of(s, &RegressionScores::coverage).json()}};
   results["platipus"]["mse_per_sample"] = estimate(per_sample_mse).json();
   // PLATIPUS's MSE minus MAML's, paired by task (negative: PLATIPUS is better).
   std::vector<double> difference;

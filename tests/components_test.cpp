@@ -1415,7 +1415,7 @@ TEST_CASE("an exception in one call is rethrown by ThreadPool::run and the pool 
   }
 }
 
-TEST_CASE("split_tasks covers [0, tasks) with near-equal non-empty contiguous ranges",
+TEST_CASE("split_tasks covers the tasks with near-equal non-empty contiguous ranges",
           "[components][threads][split]") {
   for (std::int64_t tasks = 1; tasks <= 40; ++tasks)
     for (int parts = 1; parts <= 9; ++parts) {

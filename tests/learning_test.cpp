@@ -200,8 +200,9 @@ TEST_CASE("PLATIPUS samples differ, and their spread shrinks as support points a
   CHECK(five > ten);
 }
 
-TEST_CASE("MAML + noise samples distinct models, spread by the noise; plain MAML samples copies",
-          "[maml][noise]") {
+TEST_CASE(
+    "MAML + noise samples distinct models, spread by the noise, and plain MAML samples copies",
+    "[maml][noise]") {
   const Sampler sampler({.support = 5, .query = 5});
   Generator gen(11);
   const auto batch = sampler.sample(3, gen);

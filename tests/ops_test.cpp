@@ -304,7 +304,7 @@ TEST_CASE("a loss's reduction over a task's points is their mean or their sum", 
   CHECK(summed_bce[1] == Approx(2 * mean_bce[1]));
 }
 
-TEST_CASE("GaussianNllLoss is -log N(y; f, sigma^2), summed or averaged over a task's points",
+TEST_CASE("GaussianNllLoss is -log N(y | f, sigma^2), summed or averaged over a task's points",
           "[loss]") {
   Tape<double> tape;
   const auto p = tape.constant(Tensor<double>::from_host({2, 2, 1}, {1.0, 2.0, 0.0, 3.0}));
