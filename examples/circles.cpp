@@ -160,15 +160,7 @@ int main(int argc, char** argv) {
     write_json(dir / "figure7.json", figure7(learners, samples, o.seed));
     fmt::print("1-shot classification on {} held-out tasks (mean +- 95% interval; {} samples)\n",
                eval_tasks, samples);
-    fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", "", "accuracy", "NLL per point", "ECE");
-    for (const char* learner : {"maml", "maml_noise", "platipus"}) {
-      const auto& r = results[learner];
-      auto text = [&](const char* key) {
-        return Estimate{r[key]["mean"], r[key]["ci95"]}.text();
-      };
-      fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", learner, text("accuracy"), text("nll"),
-                 text("ece"));
-    }
+    print_scores(results, {"accuracy", "nll", "ece"}, {"accuracy", "NLL per point", "ECE"});
     fmt::print("wrote {}/results.json, figure7.json, train.jsonl, train.csv\n", out);
     if (!no_plot) plot("circles", dir);
   } catch (const platipus::error& e) {

@@ -87,6 +87,22 @@ Estimate estimate_of(const std::vector<Scores>& tasks, double Scores::*score) {
   return estimate(values);
 }
 
+// One row per learner of results[learner][key] as "mean +- interval", under
+// the given column titles.
+inline void print_scores(const nlohmann::json& results, const std::vector<std::string>& keys,
+                         const std::vector<std::string>& titles) {
+  fmt::print("  {:<11}", "");
+  for (const auto& title : titles) fmt::print(" {:>16}", title);
+  fmt::print("\n");
+  for (const char* learner : {"maml", "maml_noise", "platipus"}) {
+    fmt::print("  {:<11}", learner);
+    for (const auto& key : keys)
+      fmt::print(" {:>16}",
+                 Estimate{results[learner][key]["mean"], results[learner][key]["ci95"]}.text());
+    fmt::print("\n");
+  }
+}
+
 inline void write_json(const fs::path& path, const nlohmann::json& value) {
   platipus::io::write_file_atomically(path, value.dump(2) + "\n");
 }

@@ -164,15 +164,8 @@ int main(int argc, char** argv) {
     fmt::print(
         "{} held-out tasks, 5 support and 100 query points (mean +- 95% interval; {} samples)\n",
         eval_tasks, samples);
-    fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", "", "query MSE", "NLL per point", "90% coverage");
-    for (const char* learner : {"maml", "maml_noise", "platipus"}) {
-      const auto& r = results[learner];
-      auto text = [&](const char* key) {
-        return Estimate{r[key]["mean"], r[key]["ci95"]}.text();
-      };
-      fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", learner, text("mse"), text("nll"),
-                 text("coverage90"));
-    }
+    print_scores(results, {"mse", "nll", "coverage90"},
+                 {"query MSE", "NLL per point", "90% coverage"});
     fmt::print("  PLATIPUS's MSE minus MAML's, paired by task: {}\n",
                Estimate{results["platipus_minus_maml_mse"]["mean"],
                         results["platipus_minus_maml_mse"]["ci95"]}
