@@ -122,7 +122,7 @@ if [[ $built == yes ]]; then
         --out "$OUT/examples/$example"
     done
     run 60 "$OUT/examples.log" "$BUILD/examples/active_learning_cuda" --eval-only \
-      --checkpoint "$OUT/examples/sine_line/checkpoint.bin" --tasks 20 --no-plot --out "$OUT/examples/active_learning"
+      --checkpoint "$OUT/examples/sine_line/checkpoint.safetensors" --tasks 20 --no-plot --out "$OUT/examples/active_learning"
   fi
 
   if [[ $bench == ON ]]; then

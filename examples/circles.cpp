@@ -5,7 +5,7 @@
 // and draws PLATIPUS's sampled decision boundaries against MAML's single one.
 //
 //   circles [--quick] [--out DIR] [--steps N] ...
-//   circles --eval-only --checkpoint DIR/checkpoint.bin
+//   circles --eval-only --checkpoint DIR/checkpoint.safetensors
 #include <map>
 
 #include <CLI/CLI.hpp>
@@ -138,8 +138,9 @@ int main(int argc, char** argv) {
   o.add_flags(app);
   app.add_option("--out", out, "output directory");
   app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
-  app.add_option("--checkpoint", checkpoint,
-                 "checkpoint to write (default DIR/checkpoint.bin) or, with --eval-only, to read");
+  app.add_option(
+      "--checkpoint", checkpoint,
+      "checkpoint to write (default DIR/checkpoint.safetensors) or, with --eval-only, to read");
   app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint")
       ->needs(app.get_option("--checkpoint"));
   app.add_option("--eval-tasks", eval_tasks, "held-out tasks")->check(CLI::PositiveNumber);
@@ -163,7 +164,12 @@ int main(int argc, char** argv) {
     print_scores(results, {"accuracy", "nll", "ece"}, {"accuracy", "NLL per point", "ECE"});
     fmt::print("wrote {}/results.json, figure7.json, train.jsonl, train.csv\n", out);
     if (!no_plot) plot("circles", dir);
-  } catch (const platipus::error& e) {
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "circles: out of memory (a smaller --meta-batch, --support, --samples or "
+               "--eval-tasks needs less)\n");
+    return 1;
+  } catch (const std::exception& e) {  // platipus::error and anything from below it
     fmt::print(stderr, "circles: {}\n", e.what());
     return 1;
   }

@@ -325,7 +325,7 @@ void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptio
   run("platipus", learners.platipus, 2);
 }
 
-// Trains and saves the checkpoint (DIR/checkpoint.bin unless `checkpoint`
+// Trains and saves the checkpoint (DIR/checkpoint.safetensors unless `checkpoint`
 // names another file), or with eval_only loads `checkpoint`.
 template <class Loss, class Sampler>
 Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss,
@@ -338,7 +338,8 @@ Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss
     fmt::print(stderr, "loaded {}\n", checkpoint);
   } else {
     train(learners, sampler, o, out);
-    const fs::path path = checkpoint.empty() ? out / "checkpoint.bin" : fs::path(checkpoint);
+    const fs::path path =
+        checkpoint.empty() ? out / "checkpoint.safetensors" : fs::path(checkpoint);
     save_learners(path, {{"options", settings}}, learners);
     fmt::print(stderr, "saved {}\n", path.string());
   }

@@ -5,7 +5,7 @@
 // and one task with 1, 2, 5 and 10 support points).
 //
 //   sine_line [--quick] [--out DIR] [--steps N] ...        train, evaluate, plot
-//   sine_line --eval-only --checkpoint DIR/checkpoint.bin  evaluate and plot only
+//   sine_line --eval-only --checkpoint DIR/checkpoint.safetensors  evaluate and plot only
 #include <map>
 
 #include <CLI/CLI.hpp>
@@ -141,9 +141,9 @@ int main(int argc, char** argv) {
   long eval_tasks = 600, samples = 10;
   app.add_option("--out", out, "output directory (metrics, results, figures, checkpoint)");
   app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
-  app.add_option(
-      "--checkpoint", checkpoint,
-      "checkpoint file to write (default DIR/checkpoint.bin) or, with --eval-only, to read");
+  app.add_option("--checkpoint", checkpoint,
+                 "checkpoint file to write (default DIR/checkpoint.safetensors) or, with "
+                 "--eval-only, to read");
   app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint and evaluate")
       ->needs(app.get_option("--checkpoint"));
   app.add_option("--eval-tasks", eval_tasks, "held-out tasks for the reported MSE")
@@ -176,7 +176,12 @@ int main(int argc, char** argv) {
                    .text());
     fmt::print("wrote {}/results.json, figure3.json, train.jsonl, train.csv\n", out);
     if (!no_plot) plot("sine_line", dir);
-  } catch (const platipus::error& e) {
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "sine_line: out of memory (a smaller --meta-batch, --support, --samples or "
+               "--eval-tasks needs less)\n");
+    return 1;
+  } catch (const std::exception& e) {  // platipus::error and anything from below it
     fmt::print(stderr, "sine_line: {}\n", e.what());
     return 1;
   }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -22,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "platipus/io/checkpoint.hpp"
@@ -200,19 +202,23 @@ std::vector<std::string> cells_of(const std::string& line) {
   return cells;
 }
 
-// A checkpoint file's header and the bytes after it, and the file again
+// A safetensors file's header and the bytes after it, and the file again
 // from a (modified) header.
 std::pair<nlohmann::json, std::string> split_checkpoint(const std::string& bytes) {
-  const std::size_t line_end = bytes.find('\n', io::checkpoint_magic.size());
-  const std::size_t length = std::stoull(
-      bytes.substr(io::checkpoint_magic.size(), line_end - io::checkpoint_magic.size()));
-  return {nlohmann::json::parse(bytes.substr(line_end + 1, length)),
-          bytes.substr(line_end + 1 + length)};
+  std::uint64_t length = 0;
+  std::memcpy(&length, bytes.data(), 8);
+  return {nlohmann::json::parse(bytes.substr(8, length)), bytes.substr(8 + length)};
+}
+
+std::string length_prefix(std::uint64_t length) {
+  std::string prefix(8, '\0');
+  std::memcpy(prefix.data(), &length, 8);
+  return prefix;
 }
 
 std::string join_checkpoint(const nlohmann::json& header, const std::string& data) {
   const std::string json = header.dump();
-  return std::string(io::checkpoint_magic) + std::to_string(json.size()) + "\n" + json + data;
+  return length_prefix(json.size()) + json + data;
 }
 
 }  // namespace
@@ -1064,37 +1070,32 @@ TEST_CASE(
 TEST_CASE("a truncated, corrupt or missing checkpoint fails naming the file",
           "[components][io][checkpoint][errors]") {
   TemporaryDirectory dir;
-  const auto path = dir / "good.ckpt";
+  const auto path = dir / "good.safetensors";
   Generator init(58);
   FloatMaml maml(tiny(), MseLoss{}, {.threads = 1}, init);
   io::save(path, maml);
   const auto before = maml.parameters().clone();
   const std::string bytes = slurp(path);
-  REQUIRE(bytes.starts_with(io::checkpoint_magic));
-  const std::size_t header_line = bytes.find('\n', io::checkpoint_magic.size());
-  REQUIRE(header_line != std::string::npos);
-  auto fails_naming_file = [&](const std::string& name, const std::string& contents) {
+  auto fails_naming_file = [&](const std::string& name, const std::string& contents,
+                               const std::string& why) {
     const auto bad = dir / name;
     write_bytes(bad, contents);
     INFO(name);
     CHECK_THROWS_AS(io::load(bad, maml), error);
-    CHECK_THROWS_WITH(io::load(bad, maml), Contains(bad.string()));
+    CHECK_THROWS_WITH(io::load(bad, maml), Contains(bad.string()) && Contains(why));
   };
-  fails_naming_file("data-cut.ckpt", bytes.substr(0, bytes.size() - 4));
-  fails_naming_file("header-cut.ckpt", bytes.substr(0, header_line + 10));
-  fails_naming_file("magic-only.ckpt", std::string(io::checkpoint_magic));
-  fails_naming_file("empty.ckpt", "");
-  std::string wrong_magic = bytes;
-  wrong_magic[0] = 'X';
-  fails_naming_file("wrong-magic.ckpt", wrong_magic);
+  fails_naming_file("data-cut.safetensors", bytes.substr(0, bytes.size() - 4), "outside");
+  fails_naming_file("header-cut.safetensors", bytes.substr(0, 18), "header length");
+  fails_naming_file("length-only.safetensors", bytes.substr(0, 8), "header length");
+  fails_naming_file("empty.safetensors", "", "too short");
+  fails_naming_file("huge-length.safetensors", length_prefix(std::uint64_t{1} << 63) + "{}",
+                    "header length");
   std::string broken_json = bytes;
-  broken_json[header_line + 1] = '#';  // the header's opening brace
-  fails_naming_file("broken-json.ckpt", broken_json);
-  std::string bad_length = bytes;
-  bad_length.replace(io::checkpoint_magic.size(), header_line - io::checkpoint_magic.size(),
-                     "many");
-  fails_naming_file("bad-length.ckpt", bad_length);
-  const auto missing = dir / "missing.ckpt";
+  broken_json[8] = '#';  // the header's opening brace
+  fails_naming_file("broken-json.safetensors", broken_json, "JSON");
+  fails_naming_file("old-format.bin", std::string(io::old_checkpoint_magic) + "2\n{}",
+                    "convert_checkpoint.py");
+  const auto missing = dir / "missing.safetensors";
   CHECK_THROWS_WITH(io::load(missing, maml), Contains(missing.string()));
   CHECK(same(maml.parameters(), before));
 }
@@ -1102,81 +1103,182 @@ TEST_CASE("a truncated, corrupt or missing checkpoint fails naming the file",
 TEST_CASE("a checkpoint whose header was tampered with fails naming the file",
           "[components][io][checkpoint][errors]") {
   TemporaryDirectory dir;
-  const auto path = dir / "good.ckpt";
+  const auto path = dir / "good.safetensors";
   Generator init(60);
-  FloatMaml maml(tiny(), MseLoss{}, {.threads = 1}, init);
-  io::save(path, maml);
+  FloatPlatipus platipus(tiny(), MseLoss{}, {.threads = 1}, init);
+  io::save(path, platipus);
   const auto [header, data] = split_checkpoint(slurp(path));
-  REQUIRE(header.at("tensors").size() == 1);
-  REQUIRE(header["tensors"][0]["offset"] == 0);
-  auto fails_naming_file = [&](const std::string& name, const nlohmann::json& changed) {
+  REQUIRE(header.size() == 6);  // five parts and __metadata__
+  const auto first = header["mu_theta"]["data_offsets"];
+  REQUIRE(first == nlohmann::json{0, data.size() / 5});
+  const auto before = platipus.part(FloatPlatipus::mu_theta).clone();
+  auto fails_naming_file = [&](const std::string& name, const std::string& bytes,
+                               const std::string& why) {
     const auto bad = dir / name;
-    write_bytes(bad, join_checkpoint(changed, data));
-    INFO(name << ": " << changed.dump());
-    CHECK_THROWS_AS(io::load(bad, maml), error);
-    CHECK_THROWS_WITH(io::load(bad, maml), Contains(bad.string()));
+    write_bytes(bad, bytes);
+    INFO(name);
+    CHECK_THROWS_AS(io::load(bad, platipus), error);
+    CHECK_THROWS_WITH(io::load(bad, platipus), Contains(bad.string()) && Contains(why));
   };
-  auto changed = header;
-  changed["tensors"][0]["offset"] = data.size();
-  fails_naming_file("offset-past-end.ckpt", changed);
-  changed = header;
-  changed["tensors"][0]["shape"] = {1000};
-  fails_naming_file("shape-too-large.ckpt", changed);
-  changed = header;
-  changed["tensors"][0]["shape"] = "twenty-five";
-  fails_naming_file("shape-not-a-list.ckpt", changed);
-  changed = header;
-  changed.erase("tensors");
-  fails_naming_file("no-tensors.ckpt", changed);
-  changed = header;
-  changed["dtype"] = 32;
-  fails_naming_file("dtype-a-number.ckpt", changed);
+  auto changed = [&](auto&& change) {
+    auto h = header;
+    change(h);
+    return join_checkpoint(h, data);
+  };
+  fails_naming_file("offset-past-end.safetensors", changed([&](auto& h) {
+                      h["log_gamma_q"]["data_offsets"] = {data.size(), data.size() + 4};
+                    }),
+                    "outside");
+  // The reproducer of the issue: one offset moved by 1000 bytes loaded shifted values.
+  fails_naming_file("offset-shifted.safetensors", changed([&](auto& h) {
+                      h["log_v_q"]["data_offsets"][0] =
+                          h["log_v_q"]["data_offsets"][0].template get<std::uint64_t>() + 1000;
+                    }),
+                    "bytes of data");
+  fails_naming_file("all-offsets-zero.safetensors", changed([&](auto& h) {
+                      for (auto& [name, spec] : h.items())
+                        if (name != "__metadata__") spec["data_offsets"] = first;
+                    }),
+                    "overlap or leave a gap");
+  fails_naming_file("fractional-offset.safetensors",
+                    changed([&](auto& h) { h["mu_theta"]["data_offsets"][0] = 0.5; }),
+                    "non-negative integers");
+  fails_naming_file("unaligned-offset.safetensors", changed([&](auto& h) {
+                      h["mu_theta"]["data_offsets"] = {1, 1};
+                      h["mu_theta"]["shape"] = {0};
+                    }),
+                    "aligned");
+  fails_naming_file("shape-too-large.safetensors",
+                    changed([&](auto& h) { h["mu_theta"]["shape"] = {1000}; }), "needs");
+  fails_naming_file("shape-not-a-list.safetensors",
+                    changed([&](auto& h) { h["mu_theta"]["shape"] = "twenty-five"; }), "shape");
+  fails_naming_file("negative-dimension.safetensors",
+                    changed([&](auto& h) { h["mu_theta"]["shape"] = {-1}; }), "non-negative");
+  // numel * 4 wrapped past 2^64 here, passed the bounds check and aborted in
+  // std::vector's constructor; 2^32 x 2^32 overflowed Shape::numel.
+  for (const auto& shape : {nlohmann::json{std::uint64_t{1} << 62},
+                            nlohmann::json{std::uint64_t{1} << 31, std::uint64_t{1} << 31},
+                            nlohmann::json{std::uint64_t{1} << 32, std::uint64_t{1} << 32}})
+    fails_naming_file("shape-overflows.safetensors",
+                      changed([&](auto& h) { h["mu_theta"]["shape"] = shape; }), "overflows");
+  fails_naming_file("no-tensors.safetensors", changed([&](auto& h) {
+                      for (const char* part : {"mu_theta", "log_sigma2_theta", "log_v_q",
+                                               "log_gamma_p", "log_gamma_q"})
+                        h.erase(part);
+                    }),
+                    "cover");
+  fails_naming_file("dtype-a-number.safetensors",
+                    changed([&](auto& h) { h["mu_theta"]["dtype"] = 32; }), "dtype");
+  fails_naming_file("trailing-garbage.safetensors", slurp(path) + "garbage!", "cover");
+  fails_naming_file("no-checksum.safetensors",
+                    changed([&](auto& h) { h["__metadata__"].erase("platipus.checksum"); }),
+                    "platipus.checksum");
+  fails_naming_file("deep-metadata.safetensors", changed([&](auto& h) {
+                      h["__metadata__"]["platipus.metadata"] =
+                          std::string(200000, '[') + std::string(200000, ']');
+                    }),
+                    "nested deeper");
+  std::string deep_header = header.dump();
+  deep_header.insert(1, "\"deep\":" + std::string(200000, '[') + std::string(200000, ']') + ",");
+  fails_naming_file("deep-header.safetensors",
+                    length_prefix(deep_header.size()) + deep_header + data, "nested deeper");
+  // JSON keeps the last of two equal keys; a checkpoint must not mean two things.
+  std::string twice = header.dump();
+  twice.insert(1, "\"mu_theta\":" + header["log_v_q"].dump() + ",");
+  fails_naming_file("duplicate-tensor.safetensors", length_prefix(twice.size()) + twice + data,
+                    "duplicate key");
   // The untouched header, rebuilt, loads: the helpers above change only what they say.
-  const auto good = dir / "rebuilt.ckpt";
+  const auto good = dir / "rebuilt.safetensors";
   write_bytes(good, join_checkpoint(header, data));
-  CHECK_NOTHROW(io::load(good, maml));
+  CHECK_NOTHROW(io::load(good, platipus));
+  CHECK(same(platipus.part(FloatPlatipus::mu_theta), before));
 }
 
-// A bound written as `offset + bytes <= available` wraps around for an
-// offset near 2^64 and lets memcpy read from before the data: a corrupt file
-// would load garbage silently.
-TEST_CASE("a checkpoint whose tensor offset wraps around fails naming the file",
+TEST_CASE("a checkpoint with flipped data bytes fails its checksum, naming the file",
           "[components][io][checkpoint][errors]") {
   TemporaryDirectory dir;
-  const auto path = dir / "good.ckpt";
+  const auto path = dir / "good.safetensors";
   Generator init(61);
   FloatMaml maml(tiny(), MseLoss{}, {.threads = 1}, init);
   io::save(path, maml);
-  auto [header, data] = split_checkpoint(slurp(path));
-  header["tensors"][0]["offset"] = std::numeric_limits<std::uint64_t>::max() - 7;  // 2^64 - 8
-  const auto bad = dir / "wrapping-offset.ckpt";
-  write_bytes(bad, join_checkpoint(header, data));
-  const auto before = maml.parameters().clone();
-  CHECK_THROWS_WITH(io::load(bad, maml), Contains(bad.string()));
-  CHECK(same(maml.parameters(), before));
+  const std::string bytes = slurp(path);
+  const auto [header, data] = split_checkpoint(bytes);
+  const std::size_t data_start = bytes.size() - data.size();
+  Generator gen(62);
+  const auto positions = raw::uniform<double, cpu>(Shape{150}, gen).to_vector();
+  const auto flips = raw::uniform<double, cpu>(Shape{150}, gen).to_vector();
+  int refused = 0;
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    std::string corrupt = bytes;
+    const auto at = data_start + static_cast<std::size_t>(positions[i] * double(data.size()));
+    corrupt[at] = static_cast<char>(corrupt[at] ^ (1 + static_cast<int>(flips[i] * 255)));
+    const auto bad = dir / "flipped.safetensors";
+    write_bytes(bad, corrupt);
+    try {
+      io::load(bad, maml);
+    } catch (const error& e) {
+      refused += std::string(e.what()).find("checksum") != std::string::npos;
+    }
+  }
+  CHECK(refused == 150);
 }
 
-// A negative dimension in a checkpoint's header reaches Shape's own check,
-// whose message alone ("Shape: negative dimension -1") would not name the file.
-TEST_CASE("a checkpoint with a negative dimension fails naming the file",
+TEST_CASE("a checkpoint holding NaN or Inf is refused unless the caller allows it",
           "[components][io][checkpoint][errors]") {
   TemporaryDirectory dir;
-  const auto path = dir / "good.ckpt";
-  Generator init(62);
+  Generator init(63);
   FloatMaml maml(tiny(), MseLoss{}, {.threads = 1}, init);
-  io::save(path, maml);
-  auto [header, data] = split_checkpoint(slurp(path));
-  header["tensors"][0]["shape"] = {-1};
-  const auto bad = dir / "negative.ckpt";
-  write_bytes(bad, join_checkpoint(header, data));
-  CHECK_THROWS_AS(io::load(bad, maml), error);
-  CHECK_THROWS_WITH(io::load(bad, maml), Contains(bad.string()));
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    auto values = maml.parameters().to_vector();
+    values[3] = bad;
+    const auto tensor = Tensor<float>::from_host(maml.parameters().shape(), values);
+    const auto path = dir / "non-finite.safetensors";
+    io::save_checkpoint<float, cpu>(path, maml.model().layout(), {{"theta", &tensor}});
+    INFO(bad);
+    CHECK_THROWS_WITH(io::load(path, maml),
+                      Contains(path.string()) && Contains("non-finite") && Contains("element 3"));
+    const auto loaded = io::load_checkpoint<float>(path, {.allow_non_finite = true});
+    CHECK_FALSE(std::isfinite(loaded.tensors.at("theta").to_vector()[3]));  // loaded as it is
+  }
+}
+
+TEST_CASE("only regular files are read as checkpoints or replaced by writes",
+          "[components][io][checkpoint][errors]") {
+  TemporaryDirectory dir;
+  Generator init(64);
+  FloatMaml maml(tiny(), MseLoss{}, {.threads = 1}, init);
+  const auto fifo = dir / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Read: a FIFO blocked for ever and /dev/zero read until memory ran out.
+  for (const std::filesystem::path& path : {fifo, std::filesystem::path("/dev/zero"), dir.path()}) {
+    INFO(path);
+    CHECK_THROWS_WITH(io::load(path, maml),
+                      Contains(path.string()) && Contains("not a regular file"));
+  }
+  // Write: renaming over a FIFO, a device or a directory would replace it.
+  for (const std::filesystem::path& path : {fifo, dir.path()}) {
+    INFO(path);
+    CHECK_THROWS_WITH(io::save(path, maml), Contains(path.string()) && Contains("not a regular"));
+  }
+  CHECK(std::filesystem::is_fifo(fifo));
+  // A symlink is written through: the file it points to is replaced, the link stays.
+  const auto target = dir / "target.safetensors", link = dir / "latest.safetensors";
+  write_bytes(target, "old");
+  std::filesystem::create_symlink("target.safetensors", link);
+  io::save(link, maml);
+  CHECK(std::filesystem::is_symlink(link));
+  CHECK(slurp(target) == slurp(link));
+  CHECK_NOTHROW(io::load(target, maml));
+  const auto to_fifo = dir / "to-fifo";
+  std::filesystem::create_symlink(fifo, to_fifo);
+  CHECK_THROWS_WITH(io::save(to_fifo, maml), Contains(fifo.string()) && Contains("a FIFO"));
 }
 
 TEST_CASE("a float checkpoint loaded as double fails, naming both dtypes and the file",
           "[components][io][checkpoint][errors]") {
   TemporaryDirectory dir;
-  const auto path = dir / "float.ckpt";
+  const auto path = dir / "float.safetensors";
   Generator init(59);
   FloatMaml single(tiny(), MseLoss{}, {.threads = 1}, init);
   io::save(path, single);

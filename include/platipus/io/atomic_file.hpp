@@ -1,9 +1,14 @@
 // Writing a file atomically: the bytes go to a temporary file beside the
 // target, are flushed to disk, and the temporary is renamed over the target,
-// so a reader sees the old file or the new one, never half of one.
+// so a reader sees the old file or the new one, never half of one. Only
+// regular files are read or written: renaming over a device node or a FIFO
+// would replace it (run as root, `--checkpoint /dev/null` would replace the
+// system's /dev/null), and reading one may never end (/dev/zero, a FIFO). A
+// symlink is written through: its target file is replaced, the link stays.
 #pragma once
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -30,7 +35,99 @@ inline ::mode_t file_mode(const std::filesystem::path& path) {
 
 }  // namespace detail
 
-inline void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+inline const char* describe_file_type(std::filesystem::file_type type) {
+  using std::filesystem::file_type;
+  switch (type) {
+    case file_type::directory:
+      return "a directory";
+    case file_type::character:
+      return "a character device";
+    case file_type::block:
+      return "a block device";
+    case file_type::fifo:
+      return "a FIFO";
+    case file_type::socket:
+      return "a socket";
+    case file_type::symlink:
+      return "a symlink";
+    case file_type::regular:
+      return "a regular file";
+    case file_type::not_found:
+      return "missing";
+    default:
+      return "not a file";
+  }
+}
+
+// A regular file opened for reading, with its size: opening never blocks
+// (O_NONBLOCK, for a FIFO) and anything but a regular file is refused before
+// a byte is read.
+class RegularFile {
+ public:
+  explicit RegularFile(const std::filesystem::path& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    check(fd_ >= 0, "read_file", "cannot open {}: {}", path.string(), std::strerror(errno));
+    struct ::stat info;
+    if (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode)) {
+      std::error_code ec;
+      const auto type = std::filesystem::status(path, ec).type();
+      ::close(fd_);
+      fail("read_file", "{} is not a regular file ({})", path.string(), describe_file_type(type));
+    }
+    size_ = static_cast<std::uint64_t>(info.st_size);
+  }
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+  ~RegularFile() { ::close(fd_); }
+
+  std::uint64_t size() const { return size_; }
+
+  // Exactly `count` bytes from `offset`; throws when the file is shorter.
+  std::string read(std::uint64_t offset, std::uint64_t count) const {
+    check(offset <= size_ && count <= size_ - offset, "read_file",
+          "{}: {} bytes at offset {} lie past its end ({} bytes)", path_.string(), count, offset,
+          size_);
+    std::string bytes(static_cast<std::size_t>(count), '\0');
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ::ssize_t n = ::pread(fd_, bytes.data() + done, bytes.size() - done,
+                                  static_cast<::off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      check(n > 0, "read_file", "error reading {}: {}", path_.string(),
+            n == 0 ? "it became shorter" : std::strerror(errno));
+      done += static_cast<std::size_t>(n);
+    }
+    return bytes;
+  }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+// The file a write to `path` replaces: `path`, or the end of its chain of
+// symlinks; refused when that exists and is not a regular file.
+inline std::filesystem::path write_target(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  check(!path.empty(), "write_file", "empty file name");
+  fs::path target = path;
+  std::error_code ec;
+  for (int links = 0; fs::is_symlink(fs::symlink_status(target, ec)); ++links) {
+    check(links < 40, "write_file", "{}: too many levels of symbolic links", path.string());
+    const fs::path next = fs::read_symlink(target, ec);
+    check(!ec, "write_file", "cannot read the symlink {}: {}", target.string(), ec.message());
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  const auto status = fs::status(target, ec);
+  check(!fs::exists(status) || fs::is_regular_file(status), "write_file",
+        "{} is not a regular file ({}); refusing to replace it", target.string(),
+        describe_file_type(status.type()));
+  return target;
+}
+
+inline void write_file_atomically(const std::filesystem::path& requested, std::string_view bytes) {
+  const auto path = write_target(requested);
   const auto parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::error_code ec;
   std::filesystem::create_directories(parent, ec);
@@ -67,16 +164,8 @@ inline void write_file_atomically(const std::filesystem::path& path, std::string
 }
 
 inline std::string read_file(const std::filesystem::path& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  check(f != nullptr, "read_file", "cannot open {}: {}", path.string(), std::strerror(errno));
-  std::string bytes;
-  char buffer[1 << 16];
-  std::size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) bytes.append(buffer, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  check(!failed, "read_file", "error reading {}", path.string());
-  return bytes;
+  const RegularFile file(path);
+  return file.read(0, file.size());
 }
 
 }  // namespace platipus::io

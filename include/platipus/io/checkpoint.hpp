@@ -1,13 +1,17 @@
-// Checkpoints: named tensors plus metadata in one file, written atomically.
+// Checkpoints: named tensors plus metadata in one safetensors file
+// (io/safetensors.hpp), written atomically, readable by Python's safetensors
+// and numpy.
 //
-// Layout: the line "platipus-checkpoint 1\n", a line holding the byte length
-// of a JSON header, the header, then the tensors' raw little-endian values
-// back to back. The header names the dtype, each tensor's name, shape and
-// byte offset, the model's parameter layout (so that loading into another
-// architecture fails with a message) and free-form metadata.
+// The "__metadata__" strings hold "platipus.layout" (the model's parameter
+// layout as JSON, so that loading into another architecture fails with a
+// message), "platipus.metadata" (free-form JSON: settings, step count) and
+// "platipus.checksum", the 64-bit FNV-1a hash of the data bytes: safetensors
+// has no checksum, and a flipped byte in the data would otherwise load as a
+// silently wrong number. Non-finite values are refused unless the caller
+// allows them.
 #pragma once
 
-#include <bit>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -16,16 +20,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "platipus/io/atomic_file.hpp"
+#include "platipus/io/safetensors.hpp"
 #include "platipus/nn/parameters.hpp"
 
 namespace platipus::io {
 
-inline constexpr std::string_view checkpoint_magic = "platipus-checkpoint 1\n";
-
 template <class T>
 constexpr const char* dtype_name() {
-  return std::is_same_v<T, float> ? "float32" : "float64";
+  return std::is_same_v<T, float> ? "F32" : "F64";
 }
 
 inline nlohmann::json describe_layout(const nn::ParamLayout& layout) {
@@ -36,6 +38,20 @@ inline nlohmann::json describe_layout(const nn::ParamLayout& layout) {
   return pieces;
 }
 
+// "float32 (F32)" for the dtype name "F32".
+inline std::string dtype_words(std::string_view dtype) {
+  if (dtype == "F32") return "float32 (F32)";
+  if (dtype == "F64") return "float64 (F64)";
+  return std::string(dtype);
+}
+
+// FNV-1a, 64 bits, as "fnv1a64:" and 16 hex digits.
+inline std::string data_checksum(std::string_view bytes) {
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ull;
+  return fmt::format("fnv1a64:{:016x}", hash);
+}
+
 template <class T, class B = cpu>
 struct Checkpoint {
   nlohmann::json layout;    // describe_layout of the model that wrote it
@@ -43,78 +59,78 @@ struct Checkpoint {
   std::map<std::string, Tensor<T, B>> tensors;
 };
 
+struct CheckpointOptions {
+  bool allow_non_finite = false;  // load NaN and Inf values instead of refusing them
+};
+
+// The magic line of the format before safetensors, to refuse it by name.
+inline constexpr std::string_view old_checkpoint_magic = "platipus-checkpoint 1\n";
+
 template <class T, class B>
 void save_checkpoint(const std::filesystem::path& path, const nn::ParamLayout& layout,
                      const std::vector<std::pair<std::string, const Tensor<T, B>*>>& tensors,
                      const nlohmann::json& metadata = nlohmann::json::object()) {
-  static_assert(std::endian::native == std::endian::little, "checkpoints are little-endian");
-  nlohmann::json header{
-      {"dtype", dtype_name<T>()}, {"layout", describe_layout(layout)}, {"metadata", metadata}};
+  std::vector<std::vector<T>> values;
+  for (const auto& named : tensors) values.push_back(named.second->to_vector());
+  std::vector<SafetensorsTensor> stored;
   std::string data;
-  for (const auto& [name, tensor] : tensors) {
-    header["tensors"].push_back(
-        {{"name", name},
-         {"shape", std::vector<std::int64_t>(tensor->shape().begin(), tensor->shape().end())},
-         {"offset", data.size()}});
-    const auto values = tensor->to_vector();
-    data.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string_view bytes(reinterpret_cast<const char*>(values[i].data()),
+                                 values[i].size() * sizeof(T));
+    stored.push_back({tensors[i].first, dtype_name<T>(), tensors[i].second->shape(), bytes});
+    data.append(bytes);
   }
-  const std::string json = header.dump();
-  std::string file(checkpoint_magic);
-  file += std::to_string(json.size()) + "\n" + json + data;
-  write_file_atomically(path, file);
+  write_safetensors(path, stored,
+                    {{"platipus.layout", describe_layout(layout).dump()},
+                     {"platipus.metadata", metadata.dump()},
+                     {"platipus.checksum", data_checksum(data)}});
 }
 
 template <class T, class B = cpu>
-Checkpoint<T, B> load_checkpoint(const std::filesystem::path& path) {
-  const std::string file = read_file(path);
+Checkpoint<T, B> load_checkpoint(const std::filesystem::path& path,
+                                 const CheckpointOptions& options = {}) {
   const std::string where = path.string();
-  check(file.starts_with(checkpoint_magic), "load_checkpoint", "{} is not a platipus checkpoint",
-        where);
-  const std::size_t line_end = file.find('\n', checkpoint_magic.size());
-  check(line_end != std::string::npos, "load_checkpoint", "{}: truncated header", where);
-  std::size_t header_size = 0;
-  try {
-    header_size =
-        std::stoull(file.substr(checkpoint_magic.size(), line_end - checkpoint_magic.size()));
-  } catch (const std::exception&) {
-    fail("load_checkpoint", "{}: corrupt header length", where);
+  {
+    const RegularFile file(path);
+    check(file.size() < old_checkpoint_magic.size() ||
+              file.read(0, old_checkpoint_magic.size()) != old_checkpoint_magic,
+          "load_checkpoint",
+          "{} is a checkpoint of the format before safetensors; convert it with "
+          "`python3 scripts/convert_checkpoint.py {} NEW.safetensors`",
+          where, where);
   }
-  const std::size_t data_start = line_end + 1 + header_size;
-  check(data_start <= file.size(), "load_checkpoint", "{}: truncated (header of {} bytes)", where,
-        header_size);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(file.substr(line_end + 1, header_size));
-  } catch (const std::exception& e) {
-    fail("load_checkpoint", "{}: corrupt header: {}", where, e.what());
-  }
+  const SafetensorsLimits limits;
+  const auto file = read_safetensors(path, limits);
+  auto entry = [&](const char* key) -> const std::string& {
+    const auto it = file.metadata.find(key);
+    check(it != file.metadata.end(), "load_checkpoint",
+          "{} is not a platipus checkpoint (its __metadata__ has no \"{}\")", where, key);
+    return it->second;
+  };
+  const auto& checksum = entry("platipus.checksum");
+  check(checksum == data_checksum(file.data), "load_checkpoint",
+        "{} is corrupt: its data does not match its checksum {} (it hashes to {})", where, checksum,
+        data_checksum(file.data));
   Checkpoint<T, B> out;
-  try {
-    check(header.at("dtype") == dtype_name<T>(), "load_checkpoint",
-          "{} holds {} values, expected {}", where, header.at("dtype").dump(), dtype_name<T>());
-    out.layout = header.at("layout");
-    out.metadata = header.value("metadata", nlohmann::json::object());
-    const std::size_t available = file.size() - data_start;
-    for (const auto& t : header.at("tensors")) {
-      const auto name = t.at("name").get<std::string>();
-      Shape shape;
-      try {
-        shape = Shape(t.at("shape").get<std::vector<std::int64_t>>());
-      } catch (const error& e) {
-        fail("load_checkpoint", "{}: tensor '{}' has a bad shape: {}", where, name, e.what());
-      }
-      const std::size_t offset = t.at("offset").get<std::size_t>();
-      const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * sizeof(T);
-      // Written so that no sum can wrap around for hostile offsets.
-      check(offset <= available && bytes <= available - offset, "load_checkpoint",
-            "{}: tensor '{}' runs past the end of the file", where, name);
-      std::vector<T> values(static_cast<std::size_t>(shape.numel()));
-      std::memcpy(values.data(), file.data() + data_start + offset, bytes);
-      out.tensors.emplace(name, Tensor<T, B>::from_host(shape, values));
+  out.layout = parse_json_strictly(entry("platipus.layout"), limits.max_json_depth,
+                                   where + " (platipus.layout)");
+  out.metadata = parse_json_strictly(entry("platipus.metadata"), limits.max_json_depth,
+                                     where + " (platipus.metadata)");
+  for (const auto& t : file.tensors) {
+    check(t.dtype == dtype_name<T>(), "load_checkpoint",
+          "{}: tensor '{}' holds {} values, but this learner is {}; convert the checkpoint "
+          "explicitly",
+          where, t.name, dtype_words(t.dtype), dtype_words(dtype_name<T>()));
+    std::vector<T> values(static_cast<std::size_t>(t.shape.numel()));
+    std::memcpy(values.data(), file.data.data() + t.begin, t.end - t.begin);
+    if (!options.allow_non_finite) {
+      const auto bad = std::ranges::find_if(values, [](T v) { return !std::isfinite(v); });
+      check(bad == values.end(), "load_checkpoint",
+            "{}: tensor '{}' holds a non-finite value ({} at element {}); pass "
+            "allow_non_finite to load it anyway",
+            where, t.name, *bad, bad - values.begin());
     }
-  } catch (const nlohmann::json::exception& e) {
-    fail("load_checkpoint", "{}: malformed header: {}", where, e.what());
+    out.tensors.emplace(t.name, Tensor<T, B>::from_host(t.shape, values));
   }
   return out;
 }
