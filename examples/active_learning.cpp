@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   Protocol protocol;
   std::string out = "out/active_learning", checkpoint;
   bool quick = false, eval_only = false, no_plot = false;
-  app.add_option("--out", out, "output directory");
+  app.add_option("--out", out, "output directory")->check(output_directory);
   app.add_flag("--quick", quick, "a few hundred training steps and few tasks: a smoke test");
   app.add_option("--checkpoint", checkpoint,
                  "checkpoint to write or, with --eval-only, to read (sine_line's works)");
@@ -195,9 +195,9 @@ int main(int argc, char** argv) {
       ->needs(app.get_option("--checkpoint"));
   app.add_option("--tasks", protocol.tasks,
                  "test tasks averaged over (at least 100 for the figure)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1L, 100'000L));
   app.add_option("--queries", protocol.queries, "points each model asks for")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0L, 100L));
   app.add_option("--samples", protocol.samples, "PLATIPUS samples")->check(CLI::Range(2, 1000));
   app.add_option("--region-low", protocol.region_low, "the initial points' region, lower end");
   app.add_option("--region-high", protocol.region_high, "the initial points' region, upper end");
@@ -214,7 +214,8 @@ int main(int argc, char** argv) {
           protocol.region_low, protocol.region_high);
     const fs::path dir(out);
     const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);
-    const auto results = run(learners, protocol, options.seed);
+    auto results = run(learners, protocol, options.seed);
+    results["checkpoint"] = learners.checkpoint;
     write_json(dir / "active_learning.json", results);
     fmt::print(
         "error against the true function after each query ({} tasks, mean +- 95% interval)\n",

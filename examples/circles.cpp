@@ -136,15 +136,15 @@ int main(int argc, char** argv) {
   bool quick = false, eval_only = false, no_plot = false;
   long eval_tasks = 600, samples = 10;
   o.add_flags(app);
-  app.add_option("--out", out, "output directory");
+  app.add_option("--out", out, "output directory")->check(output_directory);
   app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
   app.add_option(
       "--checkpoint", checkpoint,
       "checkpoint to write (default DIR/checkpoint.safetensors) or, with --eval-only, to read");
   app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint")
       ->needs(app.get_option("--checkpoint"));
-  app.add_option("--eval-tasks", eval_tasks, "held-out tasks")->check(CLI::PositiveNumber);
-  app.add_option("--samples", samples, "PLATIPUS samples per task")->check(CLI::PositiveNumber);
+  app.add_option("--eval-tasks", eval_tasks, "held-out tasks")->check(CLI::Range(1L, 100'000L));
+  app.add_option("--samples", samples, "PLATIPUS samples per task")->check(CLI::Range(1L, 1'000L));
   app.add_flag("--no-plot", no_plot, "do not call the plot script");
   CLI11_PARSE(app, argc, argv);
   if (quick) {
@@ -157,7 +157,8 @@ int main(int argc, char** argv) {
         prepare(paper_network(), Options::loss(), Sampler({.support = 1, .query = o.query}), o,
                 eval_only, checkpoint, dir, o.json());
     const auto results = evaluate(learners, eval_tasks, samples, o.seed);
-    write_json(dir / "results.json", {{"results", results}, {"options", o.json()}});
+    write_json(dir / "results.json",
+               {{"results", results}, {"options", o.json()}, {"checkpoint", learners.checkpoint}});
     write_json(dir / "figure7.json", figure7(learners, samples, o.seed));
     fmt::print("1-shot classification on {} held-out tasks (mean +- 95% interval; {} samples)\n",
                eval_tasks, samples);

@@ -6,15 +6,18 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -103,7 +106,21 @@ inline void print_scores(const nlohmann::json& results, const std::vector<std::s
   }
 }
 
-inline void write_json(const fs::path& path, const nlohmann::json& value) {
+// One id per run of an example, in everything the run writes (results,
+// figure data, checkpoint metadata): a kill between two writes can leave
+// files of two runs in one directory, and the ids tell them apart.
+inline const std::string& run_id() {
+  static const std::string id = [] {
+    std::random_device entropy;
+    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    return fmt::format("{:%Y%m%dT%H%M%SZ}-{:08x}", fmt::gmtime(now), entropy());
+  }();
+  return id;
+}
+
+// Writes a JSON object atomically, stamped with run_id().
+inline void write_json(const fs::path& path, nlohmann::json value) {
+  value["run_id"] = run_id();
   platipus::io::write_file_atomically(path, value.dump(2) + "\n");
 }
 
@@ -143,6 +160,25 @@ inline void plot(const std::string& script, const fs::path& out) {
     fmt::print(stderr, "the plot script failed: {}\n", command);
 }
 
+// A decimal integer in [0, 2^64 - 1], refused otherwise (CLI11 alone turns
+// "-1" and 2^64 into 2^64 - 1 without a word).
+inline const CLI::Validator unsigned_64_bits(
+    [](std::string& text) -> std::string {
+      std::uint64_t value = 0;
+      const auto [end, problem] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (text.empty() || problem != std::errc() || end != text.data() + text.size())
+        return fmt::format("{} is not an integer from 0 to 18446744073709551615", text);
+      return {};
+    },
+    "UINT64");
+
+// An output directory: not empty (an empty --out wrote into the current directory).
+inline const CLI::Validator output_directory(
+    [](std::string& text) -> std::string {
+      return text.empty() ? "the output directory must not be empty" : std::string();
+    },
+    "DIR");
+
 // The meta-training settings every example exposes as flags. The inner step
 // size and the KL weight have no common default: the paper's differ between
 // regression and classification, so each example sets them.
@@ -161,35 +197,39 @@ struct TrainingOptions {
   std::uint64_t seed = 1;
 
   void add_flags(CLI::App& app) {
+    // Every number has a range: outside it a run would abort on memory, run
+    // for ever or silently narrow a value (docs/examples.md, "Flags").
     app.add_option("--steps", steps, "meta-training steps of each learner")
-        ->check(CLI::PositiveNumber);
-    app.add_option("--meta-batch", meta_batch, "tasks per meta-step")->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1L, 100'000'000L));
+    app.add_option("--meta-batch", meta_batch, "tasks per meta-step")
+        ->check(CLI::Range(1L, 10'000L));
     app.add_option("--inner-steps", inner_steps, "SGD steps of the inner loop")
-        ->check(CLI::NonNegativeNumber);
+        ->check(CLI::Range(0, 1'000));
     app.add_option("--inner-rate", inner_rate, "alpha, the inner-loop step size")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1e-12, 1e3));
     app.add_option("--kl-weight", kl_weight, "beta, PLATIPUS's KL weight")
-        ->check(CLI::NonNegativeNumber);
+        ->check(CLI::Range(0.0, 1e6));
     app.add_option("--gradient-noise", gradient_noise,
                    "MAML + noise: std of the Gaussian noise added to each inner gradient")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1e-12, 1e9));
     app.add_option("--kl-anneal-steps", kl_anneal_steps,
                    "ramp beta up from 0 over this many steps (0: constant)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(CLI::Range(0L, 100'000'000L));
     app.add_option("--query-reduction", query_reduction,
                    "PLATIPUS's query likelihood over a task's points: sum (the ELBO) or mean")
         ->transform(CLI::CheckedTransformer(std::map<std::string, platipus::Reduction>{
             {"sum", platipus::Reduction::sum}, {"mean", platipus::Reduction::mean}}));
     app.add_option("--meta-rate", meta_rate, "Adam's learning rate on the meta-parameters")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1e-12, 1e3));
     app.add_option("--prior-variance", prior_variance, "initial sigma2_theta")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1e-12, 1e3));
     app.add_option("--posterior-variance", posterior_variance, "initial v_q")
-        ->check(CLI::PositiveNumber);
-    app.add_option("--gamma", gamma, "initial gamma_p and gamma_q")->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1e-12, 1e3));
+    app.add_option("--gamma", gamma, "initial gamma_p and gamma_q")->check(CLI::Range(1e-12, 1e3));
     app.add_option("--threads", threads, "threads over a meta-batch's tasks (0: all cores)")
-        ->check(CLI::NonNegativeNumber);
-    app.add_option("--seed", seed, "seed of every random draw");
+        ->check(CLI::Range(0, 1'024));
+    app.add_option("--seed", seed, "seed of every random draw (0 to 2^64 - 1)")
+        ->check(unsigned_64_bits);
   }
 
   nlohmann::json json() const {
@@ -242,7 +282,7 @@ struct Learners {
     platipus::Generator maml_init(o.seed), noise_init(o.seed), platipus_init(o.seed);
     return {MamlLearner(network, loss, o.maml(), maml_init),
             MamlLearner(network, loss, o.maml(o.gradient_noise), noise_init),
-            PlatipusLearner(network, loss, o.platipus(), platipus_init)};
+            PlatipusLearner(network, loss, o.platipus(), platipus_init), nlohmann::json()};
   }
 
   // f(name, learner) for each learner; the names prefix the checkpoint's
@@ -262,6 +302,9 @@ struct Learners {
 
   MamlLearner maml, maml_noise;
   PlatipusLearner platipus;
+  // The checkpoint written or loaded: its file, run id and training options
+  // (with --eval-only these, not the command line's, say how it was trained).
+  nlohmann::json checkpoint;
 };
 
 // A checkpoint holding the learners, their tensors prefixed with their names
@@ -334,13 +377,17 @@ Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss
                        const nlohmann::json& settings) {
   auto learners = Learners<Loss>::make(network, loss, o);
   if (eval_only) {
-    load_learners(checkpoint, learners);
+    const auto metadata = load_learners(checkpoint, learners);
+    learners.checkpoint = {{"file", checkpoint},
+                           {"run_id", metadata.value("run_id", "")},
+                           {"options", metadata.value("options", nlohmann::json::object())}};
     fmt::print(stderr, "loaded {}\n", checkpoint);
   } else {
     train(learners, sampler, o, out);
     const fs::path path =
         checkpoint.empty() ? out / "checkpoint.safetensors" : fs::path(checkpoint);
-    save_learners(path, {{"options", settings}}, learners);
+    save_learners(path, {{"options", settings}, {"run_id", run_id()}}, learners);
+    learners.checkpoint = {{"file", path.string()}, {"run_id", run_id()}, {"options", settings}};
     fmt::print(stderr, "saved {}\n", path.string());
   }
   return learners;

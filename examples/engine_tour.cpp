@@ -4,12 +4,15 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
 
-int main() {
+int main(int argc, char** argv) {
+  CLI::App app{"A tour of the engine: fit an MLP with Adam, check a Hessian-vector product"};
+  CLI11_PARSE(app, argc, argv);  // no options: --help, and an unknown flag is an error
   const auto model =
       nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1, .activation = nn::Activation::tanh});
   Generator gen(0);

@@ -31,7 +31,7 @@ struct RegressionOptions : TrainingOptions {
   void add_flags(CLI::App& app) {
     TrainingOptions::add_flags(app);
     app.add_option("--support", support, "K, support points per training task")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1L, 10'000L));
   }
 
   nlohmann::json json() const {

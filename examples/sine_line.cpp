@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
   std::string out = "out/sine_line", checkpoint;
   bool quick = false, eval_only = false, no_plot = false;
   long eval_tasks = 600, samples = 10;
-  app.add_option("--out", out, "output directory (metrics, results, figures, checkpoint)");
+  app.add_option("--out", out, "output directory (metrics, results, figures, checkpoint)")
+      ->check(output_directory);
   app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
   app.add_option("--checkpoint", checkpoint,
                  "checkpoint file to write (default DIR/checkpoint.safetensors) or, with "
@@ -147,8 +148,8 @@ int main(int argc, char** argv) {
   app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint and evaluate")
       ->needs(app.get_option("--checkpoint"));
   app.add_option("--eval-tasks", eval_tasks, "held-out tasks for the reported MSE")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--samples", samples, "PLATIPUS samples per task")->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1L, 100'000L));
+  app.add_option("--samples", samples, "PLATIPUS samples per task")->check(CLI::Range(1L, 1'000L));
   app.add_flag("--no-plot", no_plot, "do not call the plot script");
   CLI11_PARSE(app, argc, argv);
   if (quick) {
@@ -159,7 +160,9 @@ int main(int argc, char** argv) {
     const fs::path dir(out);
     const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);
     const auto results = evaluate(learners, eval_tasks, samples, options.seed);
-    write_json(dir / "results.json", {{"results", results}, {"options", options.json()}});
+    write_json(
+        dir / "results.json",
+        {{"results", results}, {"options", options.json()}, {"checkpoint", learners.checkpoint}});
     write_json(dir / "figure3.json", figure3(learners, samples, options.seed));
     fmt::print(
         "{} held-out tasks, 5 support and 100 query points (mean +- 95% interval; {} samples)\n",
