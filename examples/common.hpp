@@ -194,6 +194,7 @@ struct TrainingOptions {
   double meta_rate = 1e-3;
   double prior_variance = 0.001, posterior_variance = 0.001, gamma = 0;
   int threads = 0;
+  int task_chunks = 0;  // 0: one chunk of tasks per thread; N: a fixed cut, bit-reproducible
   std::uint64_t seed = 1;
 
   void add_flags(CLI::App& app) {
@@ -228,6 +229,10 @@ struct TrainingOptions {
     app.add_option("--gamma", gamma, "initial gamma_p and gamma_q")->check(CLI::Range(1e-12, 1e3));
     app.add_option("--threads", threads, "threads over a meta-batch's tasks (0: all cores)")
         ->check(CLI::Range(0, 1'024));
+    app.add_option("--task-chunks", task_chunks,
+                   "cut each meta-batch into this many chunks of tasks (0: one per thread); any "
+                   "fixed N gives the same bits on any number of threads")
+        ->check(CLI::Range(0, 10'000));
     app.add_option("--seed", seed, "seed of every random draw (0 to 2^64 - 1)")
         ->check(unsigned_64_bits);
   }
@@ -245,6 +250,7 @@ struct TrainingOptions {
             {"prior_variance", prior_variance},
             {"posterior_variance", posterior_variance},
             {"gamma", gamma},
+            {"task_chunks", task_chunks},
             {"seed", seed}};
   }
 
@@ -253,7 +259,8 @@ struct TrainingOptions {
             .inner_learning_rate = inner_rate,
             .inner_gradient_noise = noise,
             .meta_optimizer = {.learning_rate = meta_rate},
-            .threads = threads};
+            .threads = threads,
+            .task_chunks = task_chunks};
   }
   platipus::PlatipusSettings platipus() const {
     return {.inner_steps = inner_steps,
@@ -266,7 +273,8 @@ struct TrainingOptions {
             .initial_gamma_p = gamma,
             .initial_gamma_q = gamma,
             .meta_optimizer = {.learning_rate = meta_rate},
-            .threads = threads};
+            .threads = threads,
+            .task_chunks = task_chunks};
   }
 };
 

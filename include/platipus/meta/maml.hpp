@@ -32,6 +32,10 @@ struct MamlSettings {
   double inner_gradient_noise = 0;    // "MAML + noise" when > 0
   optim::AdamSettings meta_optimizer{};
   int threads = 0;  // threads over the tasks of a meta-batch; 0: one per hardware thread
+  // Chunks a meta-batch is cut into (meta/task_parallel.hpp, chunks_of): 0,
+  // one per thread (fastest); N > 0, a fixed cut, so that the same seed gives
+  // the same bits on any number of threads.
+  int task_chunks = 0;
 };
 
 template <class M, class L, class T = float, class B = cpu>
@@ -47,6 +51,8 @@ class Maml {
         pool_(std::make_unique<ThreadPool>(settings.threads)) {
     check(settings.inner_steps >= 0, "Maml", "inner_steps must be non-negative, got {}",
           settings.inner_steps);
+    check(settings.task_chunks >= 0, "Maml", "task_chunks must be non-negative, got {}",
+          settings.task_chunks);
     check(settings.inner_gradient_noise >= 0, "Maml",
           "inner_gradient_noise is a standard deviation and must be non-negative, got {}",
           settings.inner_gradient_noise);
@@ -78,7 +84,7 @@ class Maml {
   }
 
   // Why a recorded meta-step could not be replayed as it is; empty when it can.
-  std::string replay_obstacle() const { return recording_obstacle(*pool_); }
+  std::string replay_obstacle() const { return recording_obstacle(*pool_, settings_.task_chunks); }
 
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y,
@@ -153,7 +159,7 @@ class Maml {
   typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& batch,
                                                              Generator& gen) const {
     batch.validate("Maml::meta_gradient");
-    const auto ranges = split_tasks(batch.tasks(), pool_->size());
+    const auto ranges = chunks_of(batch.tasks(), settings_.task_chunks, *pool_);
     const Shape shape = params_.shape();
     ChunkResults<T, B> results(ranges.size(), std::span<const Shape>(&shape, 1));
     const TaskNoise noise(gen);

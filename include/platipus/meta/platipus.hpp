@@ -56,6 +56,10 @@ struct PlatipusSettings {
   double initial_gamma_p = 0.01, initial_gamma_q = 0.01;
   optim::AdamSettings meta_optimizer{};
   int threads = 0;  // threads over the tasks of a meta-batch; 0: one per hardware thread
+  // Chunks a meta-batch is cut into (meta/task_parallel.hpp, chunks_of): 0,
+  // one per thread (fastest); N > 0, a fixed cut, so that the same seed gives
+  // the same bits on any number of threads.
+  int task_chunks = 0;
 };
 
 template <class M, class L, class T = float, class B = cpu>
@@ -83,6 +87,8 @@ class Platipus {
           settings.kl_weight);
     check(settings.inner_steps >= 0, "Platipus", "inner_steps must be non-negative, got {}",
           settings.inner_steps);
+    check(settings.task_chunks >= 0, "Platipus", "task_chunks must be non-negative, got {}",
+          settings.task_chunks);
     check(settings.mean_steps >= 1, "Platipus", "mean_steps must be at least 1, got {}",
           settings.mean_steps);
     const Shape shape{model_.layout().size()};
@@ -129,7 +135,8 @@ class Platipus {
 
   // Why a recorded meta-step could not be replayed as it is; empty when it can.
   std::string replay_obstacle() const {
-    if (auto obstacle = recording_obstacle(*pool_); !obstacle.empty()) return obstacle;
+    if (auto obstacle = recording_obstacle(*pool_, settings_.task_chunks); !obstacle.empty())
+      return obstacle;
     if (settings_.kl_anneal_steps > 0 && steps() < settings_.kl_anneal_steps)
       return fmt::format("the KL weight still ramps up (step {} of {}) and a recording fixes it",
                          steps(), settings_.kl_anneal_steps);
@@ -246,7 +253,7 @@ class Platipus {
   typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& batch,
                                                              Generator& gen) const {
     batch.validate("Platipus::meta_gradient");
-    const auto ranges = split_tasks(batch.tasks(), pool_->size());
+    const auto ranges = chunks_of(batch.tasks(), settings_.task_chunks, *pool_);
     std::array<Shape, part_count> shapes;
     for (int i = 0; i < part_count; ++i) shapes[i] = theta_[i].shape();
     ChunkResults<T, B> results(ranges.size(), shapes);

@@ -30,12 +30,26 @@ inline std::vector<TaskRange> split_tasks(std::int64_t tasks, int parts) {
   return ranges;
 }
 
-// Why meta-steps on `pool` cannot be recorded as one stream's work (a CUDA
-// graph); empty when they can.
-inline std::string recording_obstacle(const ThreadPool& pool) {
-  if (pool.size() == 1) return {};
-  return fmt::format("threads = {}: a recording holds one thread's work; use threads = 1",
-                     pool.size());
+// The chunks a meta-batch of `tasks` is cut into: `task_chunks` of them when
+// positive, else one per pool thread. A fixed cut makes the meta-gradient's
+// float sums (inside each chunk, then over the chunks in chunk order) the
+// same for any thread count, so the same seed gives the same bits; one chunk
+// per thread is faster and agrees only to rounding across thread counts.
+inline std::vector<TaskRange> chunks_of(std::int64_t tasks, int task_chunks,
+                                        const ThreadPool& pool) {
+  return split_tasks(tasks, task_chunks > 0 ? task_chunks : pool.size());
+}
+
+// Why meta-steps cannot be recorded as one stream's work (a CUDA graph);
+// empty when they can.
+inline std::string recording_obstacle(const ThreadPool& pool, int task_chunks) {
+  if (task_chunks > 1)
+    return fmt::format("task_chunks = {}: a recording holds one chunk; use task_chunks = 1",
+                       task_chunks);
+  if (task_chunks == 0 && pool.size() > 1)
+    return fmt::format("threads = {}: a recording holds one thread's work; use threads = 1",
+                       pool.size());
+  return {};
 }
 
 template <class T, class B>
