@@ -1,6 +1,7 @@
 # cmake -DPATTERN=regex -P expect_error.cmake -- PROGRAM ARGS...: fails unless
 # PROGRAM exits with a non-zero status, without a signal, and prints a line
 # matching PATTERN (a refused command line or input, not a crash or a run).
+cmake_minimum_required(VERSION 3.24)
 set(command "")
 set(after_separator FALSE)
 math(EXPR last "${CMAKE_ARGC} - 1")
