@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -1273,6 +1274,51 @@ TEST_CASE("only regular files are read as checkpoints or replaced by writes",
   const auto to_fifo = dir / "to-fifo";
   std::filesystem::create_symlink(fifo, to_fifo);
   CHECK_THROWS_WITH(io::save(to_fifo, maml), Contains(fifo.string()) && Contains("a FIFO"));
+}
+
+// safetensors is a format other tools read: a few lines of Python with json
+// and struct (tests/read_checkpoint.py, no platipus code) must find the same
+// names, shapes, values and metadata that were saved.
+TEST_CASE("an independent Python reader reads a checkpoint's tensors and metadata back",
+          "[components][io][checkpoint]") {
+  if (std::string(PLATIPUS_PYTHON3).empty()) {
+    WARN("python3 was not found when configuring: the independent reader is not run");
+    return;
+  }
+  TemporaryDirectory dir;
+  const auto path = dir / "platipus.safetensors";
+  Generator init(65), data_gen(66);
+  FloatPlatipus model(tiny(), MseLoss{}, {.inner_steps = 1, .threads = 1}, init);
+  model.meta_train_step(data::SinusoidLineSampler<float>().sample(2, data_gen), data_gen);
+  const nlohmann::json metadata{{"steps", 1}, {"note", "read by Python"}};
+  io::save(path, model, metadata);
+  const auto output = dir / "read.json";
+  const std::string command =
+      fmt::format("'{}' '{}/read_checkpoint.py' '{}' > '{}'", PLATIPUS_PYTHON3, PLATIPUS_TESTS_DIR,
+                  path.string(), output.string());
+  REQUIRE(std::system(command.c_str()) == 0);
+  const auto read = nlohmann::json::parse(slurp(output));
+  CHECK(nlohmann::json::parse(read["metadata"]["platipus.metadata"].get<std::string>()) ==
+        metadata);
+  CHECK(nlohmann::json::parse(read["metadata"]["platipus.layout"].get<std::string>()) ==
+        io::describe_layout(model.model().layout()));
+  CHECK(read["tensors"].size() == FloatPlatipus::part_count);
+  for (int p = 0; p < FloatPlatipus::part_count; ++p) {
+    const auto part = static_cast<FloatPlatipus::Part>(p);
+    const std::string name(FloatPlatipus::part_names[static_cast<std::size_t>(p)]);
+    INFO(name);
+    const auto& tensor = read["tensors"].at(name);
+    CHECK(tensor["shape"] == std::vector<std::int64_t>{model.part(part).numel()});
+    const auto values = model.part(part).to_vector();
+    REQUIRE(tensor["values"].size() == values.size());
+    for (std::size_t i = 0; i < values.size(); ++i)
+      CHECK(tensor["values"][i].get<double>() == static_cast<double>(values[i]));
+  }
+  // A flipped data byte fails the reader's own checksum check too.
+  std::string bytes = slurp(path);
+  bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x10);
+  write_bytes(path, bytes);
+  CHECK(std::system(command.c_str()) != 0);
 }
 
 TEST_CASE("a float checkpoint loaded as double fails, naming both dtypes and the file",
