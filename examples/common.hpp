@@ -196,6 +196,7 @@ struct TrainingOptions {
   int threads = 0;
   int task_chunks = 0;  // 0: one chunk of tasks per thread; N: a fixed cut, bit-reproducible
   std::uint64_t seed = 1;
+  bool force = false;  // train even when the memory check says the machine is too small
 
   void add_flags(CLI::App& app) {
     // Every number has a range: outside it a run would abort on memory, run
@@ -233,6 +234,8 @@ struct TrainingOptions {
                    "cut each meta-batch into this many chunks of tasks (0: one per thread); any "
                    "fixed N gives the same bits on any number of threads")
         ->check(CLI::Range(0, 10'000));
+    app.add_flag("--force", force,
+                 "train even when a meta-step needs more memory than is available");
     app.add_option("--seed", seed, "seed of every random draw (0 to 2^64 - 1)")
         ->check(unsigned_64_bits);
   }
@@ -376,6 +379,35 @@ void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptio
   run("platipus", learners.platipus, 2);
 }
 
+// Bytes of memory available to a new process (MemAvailable in
+// /proc/meminfo); 0 when that cannot be read.
+inline std::uint64_t available_memory() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024;
+}
+
+// Refuses, before training starts, a run whose meta-step needs more memory
+// than the machine has, by a lower bound: each of the K inner steps of
+// second-order MAML keeps every task's parameters on the tape (the
+// activations and the gradient's graph come on top). A run past the bound
+// would otherwise be killed by the kernel's OOM killer hours in, or take the
+// machine's memory with it (--inner-steps 100000 grew to 22 GB).
+inline void check_memory(const TrainingOptions& o, std::int64_t parameters) {
+  const double bytes = static_cast<double>(o.meta_batch) * static_cast<double>(parameters) *
+                       sizeof(float) * (o.inner_steps + 1.0);
+  const auto available = available_memory();
+  platipus::check(o.force || available == 0 || bytes <= static_cast<double>(available), "memory",
+                  "a meta-step of {} tasks and {} inner steps needs at least {:.1f} GB, and {:.1f} "
+                  "GB are available; use a smaller --meta-batch or --inner-steps, or --force",
+                  o.meta_batch, o.inner_steps, bytes / 1e9, static_cast<double>(available) / 1e9);
+}
+
 // Trains and saves the checkpoint (DIR/checkpoint.safetensors unless `checkpoint`
 // names another file), or with eval_only loads `checkpoint`.
 template <class Loss, class Sampler>
@@ -383,6 +415,7 @@ Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss
                        const Sampler& sampler, const TrainingOptions& o, bool eval_only,
                        const std::string& checkpoint, const fs::path& out,
                        const nlohmann::json& settings) {
+  if (!eval_only) check_memory(o, network.layout().size());
   auto learners = Learners<Loss>::make(network, loss, o);
   if (eval_only) {
     const auto metadata = load_learners(checkpoint, learners);
