@@ -232,13 +232,7 @@ int main(int argc, char** argv) {
     fmt::print("\n");
     fmt::print("wrote {}/active_learning.json\n", out);
     if (!no_plot) plot("active_learning", dir);
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr,
-               "active_learning: out of memory (a smaller --meta-batch, --support, --samples or "
-               "--eval-tasks needs less)\n");
-    return 1;
-  } catch (const std::exception& e) {  // platipus::error and anything from below it
-    fmt::print(stderr, "active_learning: {}\n", e.what());
-    return 1;
+  } catch (...) {
+    return report_failure("active_learning");
   }
 }

@@ -165,13 +165,7 @@ int main(int argc, char** argv) {
     print_scores(results, {"accuracy", "nll", "ece"}, {"accuracy", "NLL per point", "ECE"});
     fmt::print("wrote {}/results.json, figure7.json, train.jsonl, train.csv\n", out);
     if (!no_plot) plot("circles", dir);
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr,
-               "circles: out of memory (a smaller --meta-batch, --support, --samples or "
-               "--eval-tasks needs less)\n");
-    return 1;
-  } catch (const std::exception& e) {  // platipus::error and anything from below it
-    fmt::print(stderr, "circles: {}\n", e.what());
-    return 1;
+  } catch (...) {
+    return report_failure("circles");
   }
 }

@@ -160,6 +160,24 @@ inline void plot(const std::string& script, const fs::path& out) {
     fmt::print(stderr, "the plot script failed: {}\n", command);
 }
 
+// For main's catch (...): prints the exception in flight as one line on
+// stderr, "program: what went wrong", and returns the exit status 1.
+inline int report_failure(std::string_view program) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "{}: out of memory (a smaller --meta-batch, --support, --samples or --eval-tasks "
+               "needs less)\n",
+               program);
+  } catch (const std::exception& e) {  // platipus::error and anything from below it
+    fmt::print(stderr, "{}: {}\n", program, e.what());
+  } catch (...) {
+    fmt::print(stderr, "{}: an unknown exception\n", program);
+  }
+  return 1;
+}
+
 // A decimal integer in [0, 2^64 - 1], refused otherwise (CLI11 alone turns
 // "-1" and 2^64 into 2^64 - 1 without a word).
 inline const CLI::Validator unsigned_64_bits(
@@ -200,7 +218,7 @@ struct TrainingOptions {
 
   void add_flags(CLI::App& app) {
     // Every number has a range: outside it a run would abort on memory, run
-    // for ever or silently narrow a value (docs/examples.md, "Flags").
+    // for ever or silently narrow a value (README.md, "The examples").
     app.add_option("--steps", steps, "meta-training steps of each learner")
         ->check(CLI::Range(1L, 100'000'000L));
     app.add_option("--meta-batch", meta_batch, "tasks per meta-step")

@@ -179,13 +179,7 @@ int main(int argc, char** argv) {
                    .text());
     fmt::print("wrote {}/results.json, figure3.json, train.jsonl, train.csv\n", out);
     if (!no_plot) plot("sine_line", dir);
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr,
-               "sine_line: out of memory (a smaller --meta-batch, --support, --samples or "
-               "--eval-tasks needs less)\n");
-    return 1;
-  } catch (const std::exception& e) {  // platipus::error and anything from below it
-    fmt::print(stderr, "sine_line: {}\n", e.what());
-    return 1;
+  } catch (...) {
+    return report_failure("sine_line");
   }
 }

@@ -81,6 +81,7 @@ class RegularFile {
   ~RegularFile() { ::close(fd_); }
 
   std::uint64_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
 
   // Exactly `count` bytes from `offset`; throws when the file is shorter.
   std::string read(std::uint64_t offset, std::uint64_t count) const {

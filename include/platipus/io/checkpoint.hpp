@@ -45,12 +45,19 @@ inline std::string dtype_words(std::string_view dtype) {
   return std::string(dtype);
 }
 
-// FNV-1a, 64 bits, as "fnv1a64:" and 16 hex digits.
-inline std::string data_checksum(std::string_view bytes) {
-  std::uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ull;
-  return fmt::format("fnv1a64:{:016x}", hash);
-}
+// FNV-1a, 64 bits, of bytes fed in pieces (the same as of their
+// concatenation), as "fnv1a64:" and 16 hex digits.
+class DataChecksum {
+ public:
+  DataChecksum& add(std::string_view bytes) {
+    for (unsigned char c : bytes) hash_ = (hash_ ^ c) * 0x100000001b3ull;
+    return *this;
+  }
+  std::string text() const { return fmt::format("fnv1a64:{:016x}", hash_); }
+
+ private:
+  std::uint64_t hash_ = 0xcbf29ce484222325ull;
+};
 
 template <class T, class B = cpu>
 struct Checkpoint {
@@ -73,34 +80,32 @@ void save_checkpoint(const std::filesystem::path& path, const nn::ParamLayout& l
   std::vector<std::vector<T>> values;
   for (const auto& named : tensors) values.push_back(named.second->to_vector());
   std::vector<SafetensorsTensor> stored;
-  std::string data;
+  DataChecksum checksum;  // of the data as written: the tensors back to back
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string_view bytes(reinterpret_cast<const char*>(values[i].data()),
                                  values[i].size() * sizeof(T));
     stored.push_back({tensors[i].first, dtype_name<T>(), tensors[i].second->shape(), bytes});
-    data.append(bytes);
+    checksum.add(bytes);
   }
   write_safetensors(path, stored,
                     {{"platipus.layout", describe_layout(layout).dump()},
                      {"platipus.metadata", metadata.dump()},
-                     {"platipus.checksum", data_checksum(data)}});
+                     {"platipus.checksum", checksum.text()}});
 }
 
 template <class T, class B = cpu>
 Checkpoint<T, B> load_checkpoint(const std::filesystem::path& path,
                                  const CheckpointOptions& options = {}) {
   const std::string where = path.string();
-  {
-    const RegularFile file(path);
-    check(file.size() < old_checkpoint_magic.size() ||
-              file.read(0, old_checkpoint_magic.size()) != old_checkpoint_magic,
-          "load_checkpoint",
-          "{} is a checkpoint of the format before safetensors; convert it with "
-          "`python3 scripts/convert_checkpoint.py {} NEW.safetensors`",
-          where, where);
-  }
+  const RegularFile opened(path);
+  check(opened.size() < old_checkpoint_magic.size() ||
+            opened.read(0, old_checkpoint_magic.size()) != old_checkpoint_magic,
+        "load_checkpoint",
+        "{} is a checkpoint of the format before safetensors; convert it with "
+        "`python3 scripts/convert_checkpoint.py {} NEW.safetensors`",
+        where, where);
   const SafetensorsLimits limits;
-  const auto file = read_safetensors(path, limits);
+  const auto file = read_safetensors(opened, limits);
   auto entry = [&](const char* key) -> const std::string& {
     const auto it = file.metadata.find(key);
     check(it != file.metadata.end(), "load_checkpoint",
@@ -108,9 +113,10 @@ Checkpoint<T, B> load_checkpoint(const std::filesystem::path& path,
     return it->second;
   };
   const auto& checksum = entry("platipus.checksum");
-  check(checksum == data_checksum(file.data), "load_checkpoint",
+  const auto actual = DataChecksum().add(file.data).text();
+  check(checksum == actual, "load_checkpoint",
         "{} is corrupt: its data does not match its checksum {} (it hashes to {})", where, checksum,
-        data_checksum(file.data));
+        actual);
   Checkpoint<T, B> out;
   out.layout = parse_json_strictly(entry("platipus.layout"), limits.max_json_depth,
                                    where + " (platipus.layout)");

@@ -159,11 +159,10 @@ inline SafetensorsEntry tensor_entry(const std::string& name, const nlohmann::js
 
 // Reads and checks a safetensors file; throws platipus::error naming the file
 // and what is wrong.
-inline SafetensorsFile read_safetensors(const std::filesystem::path& path,
+inline SafetensorsFile read_safetensors(const RegularFile& file,
                                         const SafetensorsLimits& limits = {}) {
   static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
-  const std::string where = path.string();
-  RegularFile file(path);
+  const std::string where = file.path().string();
   check(file.size() >= 8, "read_safetensors", "{}: {} bytes, too short for a safetensors file",
         where, file.size());
   const std::string prefix = file.read(0, 8);
@@ -207,6 +206,11 @@ inline SafetensorsFile read_safetensors(const std::filesystem::path& path,
         covered);
   out.data = file.read(8 + header_bytes, data_bytes);
   return out;
+}
+
+inline SafetensorsFile read_safetensors(const std::filesystem::path& path,
+                                        const SafetensorsLimits& limits = {}) {
+  return read_safetensors(RegularFile(path), limits);
 }
 
 // A tensor to write: `bytes` holds its little-endian values.
