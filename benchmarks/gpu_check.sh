@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks on a GPU machine, in one run of a few minutes:
-# tool versions, a Release build with CUDA, the cuda-labelled tests, short
-# runs of the examples' CUDA builds, the GPU benchmark, and the PyTorch / JAX
-# peers on the same workloads. Run from the repository root with OUT set to
-# an output folder:
+# tool versions, a Release build with CUDA (or programs built elsewhere by
+# benchmarks/gpu_prebuild.sh), the CUDA tests, the examples on the GPU and on
+# the CPU side by side, the GPU benchmark, the PyTorch / JAX peers on the same
+# workloads, and a kernel profile of a replayed meta-step. Run from the
+# repository root with OUT set to an output folder:
 #
 #   OUT=/tmp/gpu-check benchmarks/gpu_check.sh
+#   OUT=/tmp/gpu-check PREBUILT=.device/gpu-check benchmarks/gpu_check.sh
 #
-# Writes $OUT/summary.txt and the raw logs beside it (build.log, ctest.log,
-# examples.log and examples/, benchmark.log, benchmark.json, peers.log,
-# peers.jsonl). Every step has a time limit inside an overall deadline
+# Writes $OUT/summary.txt and beside it at most seven more files: build.log,
+# tests.log, examples.tar.gz (every example's output folder and log),
+# benchmark.json, peers.jsonl, profile.csv and details.log (every other
+# step's output, compute-sanitizer's memcheck of the tests included). Every step has a time limit inside an overall deadline
 # (DEADLINE seconds, default 540), so the script ends in time even when a
 # step hangs; a failed step is reported and the next one still runs where it
 # can.
@@ -17,13 +20,18 @@ set -uo pipefail
 
 : "${OUT:?set OUT to an output folder}"
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 BUILD=${BUILD:-build/gpu-check}
+PREBUILT=${PREBUILT:-}
 JOBS=${JOBS:-$(nproc)}
-ARCH=${CUDA_ARCH:-90}  # H100 and H200
+ARCH=${CUDA_ARCH:-90} # H100 and H200
 DEADLINE=${DEADLINE:-540}
 PYTHON=${PYTHON:-python3}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+NCU=${NCU:-$(command -v ncu || true)}
+SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || true)}
 SUMMARY=$OUT/summary.txt
+DETAILS=$OUT/details.log
 START=$SECONDS
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
@@ -40,6 +48,7 @@ run() {
     return 124
   fi
   local begin=$SECONDS status
+  echo "== $*" >>"$log"
   timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
   status=$?
   say "  exit $status after $((SECONDS - begin)) s: $*"
@@ -56,10 +65,8 @@ say "== versions"
   echo "nvcc: $("$NVCC" --version 2>&1 | grep -o 'release [0-9.]*, V[0-9.]*')"
   echo "g++: $(g++ --version | head -1)"
   echo "cmake: $(cmake --version | head -1)"
-  echo "cores: $(nproc)"
-  for pkg in libeigen3-dev libfmt-dev catch2 nlohmann-json3-dev libbenchmark-dev libcudnn9-dev-cuda-13; do
-    echo "$pkg: $(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || echo 'not installed (as a package)')"
-  done
+  echo "cores: $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+  echo "ncu: ${NCU:-not found}; compute-sanitizer: ${SANITIZER:-not found}"
   "$PYTHON" - <<'PY' 2>&1
 import importlib
 for name in ("torch", "jax"):
@@ -76,84 +83,112 @@ for name in ("torch", "jax"):
 PY
 } | tee -a "$SUMMARY"
 
-say ""
-say "== configure and build (CUDA architectures $ARCH, -j$JOBS)"
-configure() {
-  run 120 "$OUT/build.log" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPLATIPUS_WITH_CUDA=ON \
-    -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DPLATIPUS_BUILD_EXAMPLES="$1" \
-    -DPLATIPUS_BUILD_BENCHMARKS="$2"
-}
-# Google Benchmark and CLI11 are optional here: without them only the GPU
-# benchmark or the examples' CUDA runs are lost.
-examples=ON
-bench=ON
-if ! configure ON ON; then
-  examples=OFF
-  say "  configuring again without the examples"
-  if ! configure OFF ON; then
-    bench=OFF
-    say "  configuring again without the benchmarks"
-    configure OFF OFF
+# The programs: built here by gpu_prebuild.sh, or built elsewhere by it and
+# carried in PREBUILT (bin/, and lib/ with the libraries this machine may lack).
+built=yes
+if [[ -z $PREBUILT ]]; then
+  PREBUILT=$BUILD/programs
+  say ""
+  say "== build (benchmarks/gpu_prebuild.sh, CUDA architectures $ARCH, -j$JOBS)"
+  if ! BUILD=$BUILD CUDA_ARCH=$ARCH JOBS=$JOBS run 420 "$OUT/build.log" benchmarks/gpu_prebuild.sh "$PREBUILT"; then
+    built=no
+    say "  build failed; the end of build.log:"
+    tail -25 "$OUT/build.log" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
   fi
 fi
-targets=(platipus_cuda_tests)
-[[ $bench == ON ]] && targets+=(platipus_cuda_benchmarks)
-[[ $examples == ON ]] && targets+=(sine_line_cuda circles_cuda active_learning_cuda)
-built=no
-if run 360 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}"; then
-  built=yes
-else
-  say "  build failed; the end of build.log:"
-  tail -25 "$OUT/build.log" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
+if [[ $built == yes ]]; then
+  BIN=$(cd "$PREBUILT/bin" && pwd)
+  export LD_LIBRARY_PATH=$(cd "$PREBUILT/lib" && pwd):/usr/local/cuda/lib64:/usr/local/cuda/lib:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cublas/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  say ""
+  say "== programs in $PREBUILT: $(cat "$PREBUILT/built-from.txt" 2>/dev/null)"
+  ldd "$BIN"/* | grep 'not found' | sort -u | sed 's/^/  missing: /' | tee -a "$SUMMARY"
 fi
 
 if [[ $built == yes ]]; then
   say ""
-  say "== ctest -L cuda"
-  run 240 "$OUT/ctest.log" ctest --test-dir "$BUILD" -L cuda --output-on-failure
-  grep -E 'tests passed|tests failed|Skipped|Failed|Passed|test cases|assertions' "$OUT/ctest.log" | sed 's/^/  /' |
+  say "== the CUDA tests (each test case's time in tests.log)"
+  run 90 "$OUT/tests.log" "$BIN/platipus_cuda_tests" --durations yes
+  grep -E 'test cases|assertions|FAILED|No tests ran' "$OUT/tests.log" | sort | uniq -c | sed 's/^/  /' |
     tee -a "$SUMMARY" >/dev/null
 
-  if [[ $examples == ON ]]; then
-    say ""
-    say "== the examples on platipus::cuda (--quick, 50 steps)"
-    for example in sine_line circles; do
-      run 60 "$OUT/examples.log" "$BUILD/examples/${example}_cuda" --quick --steps 50 --eval-tasks 50 --no-plot \
-        --out "$OUT/examples/$example"
-    done
-    run 60 "$OUT/examples.log" "$BUILD/examples/active_learning_cuda" --eval-only \
-      --checkpoint "$OUT/examples/sine_line/checkpoint.safetensors" --tasks 20 --no-plot --out "$OUT/examples/active_learning"
-  fi
+  say ""
+  say "== the examples: sine_line on the GPU and on the CPU, 1000 steps each; circles and active learning on the GPU"
+  ex=$OUT/examples
+  mkdir -p "$ex"
+  for program in sine_line_cuda sine_line; do
+    run 60 "$ex/examples.log" "$BIN/$program" --quick --steps 1000 --eval-tasks 200 --no-plot --out "$ex/$program"
+  done
+  run 30 "$ex/examples.log" "$BIN/circles_cuda" --quick --no-plot --out "$ex/circles_cuda"
+  run 30 "$ex/examples.log" "$BIN/active_learning_cuda" --eval-only \
+    --checkpoint "$ex/sine_line_cuda/checkpoint.safetensors" --tasks 20 --no-plot --out "$ex/active_learning_cuda"
+  "$PYTHON" - "$ex" <<'PY' 2>&1 | tee -a "$SUMMARY"
+import json, os, sys
+for program in ("sine_line_cuda", "sine_line"):
+    try:
+        results = json.load(open(os.path.join(sys.argv[1], program, "results.json")))["results"]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"  {program}: no results ({type(e).__name__})")
+        continue
+    cells = []
+    for learner in ("maml", "maml_noise", "platipus"):
+        r = results.get(learner, {})
+        cells.append(f"{learner} " + " ".join(
+            f"{k} {r[k]['mean']:.3f}+-{r[k]['ci95']:.3f}" for k in ("mse", "nll") if k in r))
+    print(f"  {program}: " + "; ".join(cells))
+PY
+  tar -czf "$OUT/examples.tar.gz" -C "$OUT" examples && rm -rf "$ex"
 
-  if [[ $bench == ON ]]; then
-    say ""
-    say "== GPU benchmark (platipus::cuda, float, 25 tasks x 10 + 10 points, 5 inner steps)"
-    run 150 "$OUT/benchmark.log" "$BUILD/benchmarks/platipus_cuda_benchmarks" \
-      --benchmark_out="$OUT/benchmark.json" --benchmark_out_format=json
-  fi
+  say ""
+  say "== GPU benchmark (platipus::cuda, float, 25 tasks x 10 + 10 points, 5 inner steps)"
+  run 120 "$DETAILS" "$BIN/platipus_cuda_benchmarks" --benchmark_min_time=0.3 \
+    --benchmark_out="$OUT/benchmark.json" --benchmark_out_format=json
 fi
 
 say ""
-say "== peers on the GPU (benchmarks/peers/meta_step.py --device cuda)"
-for workload in "maml small" "platipus small" "platipus paper"; do
-  read -r algorithm network <<<"$workload"
-  for peer in "torch loop" "torch vmap" "jax jit"; do
-    read -r framework mode <<<"$peer"
-    run 100 "$OUT/peers.log" "$PYTHON" benchmarks/peers/meta_step.py --framework "$framework" --mode "$mode" \
-      --algorithm "$algorithm" --network "$network" --device cuda --warmup 2 --repeats 5
-  done
-done
-grep '^{"framework"' "$OUT/peers.log" >"$OUT/peers.jsonl"
+say "== peers on the GPU (benchmarks/peers/meta_step.py --device cuda, one process)"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+run 150 "$DETAILS" "$PYTHON" - "$OUT/peers.jsonl" <<'PY'
+import json, sys, traceback
+sys.path.insert(0, "benchmarks/peers")
+import meta_step
+with open(sys.argv[1], "w") as out:
+    for algorithm, network in (("maml", "small"), ("platipus", "small"), ("platipus", "paper")):
+        for framework, mode in (("torch", "loop"), ("torch", "vmap"), ("jax", "jit")):
+            argv = ["--framework", framework, "--mode", mode, "--algorithm", algorithm, "--network", network,
+                    "--device", "cuda", "--warmup", "3", "--repeats", "10" if framework == "torch" else "50"]
+            try:
+                line = json.dumps(meta_step.measure(meta_step.parser().parse_args(argv)))
+            except Exception:
+                traceback.print_exc()
+                continue
+            print(line, flush=True)
+            out.write(line + "\n")
+            out.flush()
+PY
+
+if [[ $built == yes && -n $NCU ]]; then
+  say ""
+  say "== kernel profile of replayed PLATIPUS meta-steps, paper network (ncu, the first 1000 kernels: the warm-up step, then replays)"
+  run 60 "$DETAILS" "$NCU" --csv --metrics gpu__time_duration.sum --launch-count 1000 \
+    --log-file "$OUT/profile.csv" "$BIN/platipus_cuda_benchmarks" \
+    --benchmark_filter='cuda_platipus_sinusoid_graph/paper_network' --benchmark_min_time=0.05
+fi
+
+if [[ $built == yes && -n $SANITIZER ]]; then
+  say ""
+  say "== the CUDA tests under compute-sanitizer memcheck (the last step: it may run out of time)"
+  run 150 "$DETAILS" "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/platipus_cuda_tests"
+  grep -E 'ERROR SUMMARY|test cases' "$DETAILS" | tail -2 | sed 's/^/  /' | tee -a "$SUMMARY" >/dev/null
+fi
 
 say ""
 say "== meta-step times, ms (median for peers; mean for platipus, per thread count and replayed as a CUDA graph)"
 "$PYTHON" - "$OUT" <<'PY' 2>&1 | tee -a "$SUMMARY"
-import json, os, sys
+import collections, csv, json, os, sys
 out = sys.argv[1]
 rows = {}
-path = os.path.join(out, "benchmark.json")
 try:
-    benchmarks = json.load(open(path)).get("benchmarks", [])
+    benchmarks = json.load(open(os.path.join(out, "benchmark.json"))).get("benchmarks", [])
 except (OSError, ValueError) as e:
     print(f"no GPU benchmark results ({type(e).__name__})")
     benchmarks = []
@@ -164,7 +199,7 @@ for b in benchmarks:
     threads = next((p.split(":")[1] for p in name.split("/") if p.startswith("threads:")), "?")
     key = ("maml", "small") if "maml" in name else ("platipus", "paper" if "paper" in name else "small")
     label = "platipus::cuda graph" if "_graph" in name else f"platipus::cuda {threads} threads"
-    rows.setdefault(key, {})[label] = b["real_time"]
+    rows.setdefault(key, {})[label] = b["real_time"] / (1e6 if b.get("time_unit") == "ns" else 1e3 if b.get("time_unit") == "us" else 1)
 path = os.path.join(out, "peers.jsonl")
 if os.path.exists(path):
     for line in open(path):
@@ -174,7 +209,22 @@ if os.path.exists(path):
             continue
         rows.setdefault((r["algorithm"], r["network"]), {})[f"{r['framework']} {r['mode']}"] = r["ms_per_step"]
 for (algorithm, network), times in sorted(rows.items()):
-    print(f"{algorithm} {network}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(times.items())))
+    print(f"{algorithm} {network}: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(times.items())))
+# The profile: kernel time per kernel name over the profiled launches.
+path = os.path.join(out, "profile.csv")
+if os.path.exists(path):
+    lines = [l for l in open(path) if l.startswith('"')]
+    total, per_kernel = 0.0, collections.Counter()
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        value = float(r["Metric Value"].replace(",", ""))
+        value *= {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3}.get(r.get("Metric Unit"), 1)
+        total += value
+        per_kernel[r["Kernel Name"].split("(")[0][:60]] += value
+    print(f"profile: {sum(1 for _ in csv.DictReader(lines))} kernel launches, {total:.1f} us of kernel time")
+    for name, us in per_kernel.most_common(12):
+        print(f"  {us:9.1f} us  {name}")
 PY
 say ""
 say "done in $((SECONDS - START)) s"

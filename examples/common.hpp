@@ -246,7 +246,9 @@ struct TrainingOptions {
     app.add_option("--posterior-variance", posterior_variance, "initial v_q")
         ->check(CLI::Range(1e-12, 1e3));
     app.add_option("--gamma", gamma, "initial gamma_p and gamma_q")->check(CLI::Range(1e-12, 1e3));
-    app.add_option("--threads", threads, "threads over a meta-batch's tasks (0: all cores)")
+    app.add_option("--threads", threads,
+                   "threads over a meta-batch's tasks (0: the backend's default: all cores on the "
+                   "CPU, one on CUDA)")
         ->check(CLI::Range(0, 1'024));
     app.add_option("--task-chunks", task_chunks,
                    "cut each meta-batch into this many chunks of tasks (0: one per thread); any "

@@ -1530,6 +1530,21 @@ TEST_CASE("TaskNoise gives each task the same numbers however the batch is cut",
   CHECK(next.normal<double, cpu>({1, 3}).to_vector()[0] != v[0]);
 }
 
+TEMPLATE_TEST_CASE("a row fill is one fill per row, row r under its task's stream",
+                   "[components][random]", float, double) {
+  using T = TestType;
+  const TaskStreams streams{.key = 0x1234abcd, .first = 3};
+  const std::int64_t rows = 5, n = 7;  // 7 values: a partial Philox block per row
+  std::vector<T> together(rows * n), apart(rows * n);
+  cpu::fill_normal_rows(together.data(), rows, n, 11, streams, 2);
+  for (std::int64_t r = 0; r < rows; ++r)
+    cpu::fill_normal(apart.data() + r * n, n, 11, task_stream(streams, r), 2);
+  CHECK(together == apart);
+  // The stream is the task's, wherever its row sits.
+  CHECK(task_stream(streams, 2) == task_stream({.key = streams.key, .first = 0}, 5));
+  CHECK(task_stream(streams, 2) != task_stream(streams, 3));
+}
+
 // ---------------------------------------------------------- thread pool
 
 TEST_CASE("ThreadPool::run calls every index exactly once", "[components][threads]") {

@@ -289,6 +289,11 @@ TEST_CASE("learners say what stops their meta-step from being recorded", "[maml]
   const Maml<nn::Sequential, MseLoss> whole(small_network(), MseLoss{},
                                             {.threads = 2, .task_chunks = 1}, gen);
   CHECK(whole.replay_obstacle().empty());
+  // threads = 0 is the backend's default: on the CPU one thread per core.
+  const Maml<nn::Sequential, MseLoss> defaults(small_network(), MseLoss{}, {}, gen);
+  if (cpu::default_threads() > 1)
+    CHECK_THAT(defaults.replay_obstacle(),
+               Contains(fmt::format("threads = {}", cpu::default_threads())));
   PlatipusModel ramped(small_network(), MseLoss{}, {.kl_anneal_steps = 2, .threads = 1}, gen);
   const auto batch = Sampler({.support = 2, .query = 2}).sample(2, gen);
   CHECK_THAT(ramped.replay_obstacle(), Contains("KL weight") && Contains("step 0 of 2"));

@@ -238,17 +238,9 @@ def run_jax(args):
     return timed
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--framework", choices=["torch", "jax"], default="torch")
-    parser.add_argument("--mode", choices=["loop", "vmap", "jit"], default=None)
-    parser.add_argument("--algorithm", choices=["maml", "platipus"], default="maml")
-    parser.add_argument("--network", choices=["small", "paper"], default="small")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
-    args = parser.parse_args()
+def measure(args):
+    """Times args' workload: warm-up steps, then the median of args.repeats
+    timed steps; returns the result line as a dict."""
     args.mode = args.mode or ("jit" if args.framework == "jax" else "loop")
     if args.framework == "torch" and args.threads:
         import torch
@@ -257,9 +249,26 @@ def main():
     for _ in range(args.warmup):
         timed()
     times = [timed() for _ in range(args.repeats)]
-    print(json.dumps({"framework": args.framework, "mode": args.mode, "algorithm": args.algorithm,
-                      "network": args.network, "device": args.device,
-                      "ms_per_step": round(1000 * statistics.median(times), 3), "repeats": args.repeats}))
+    return {"framework": args.framework, "mode": args.mode, "algorithm": args.algorithm,
+            "network": args.network, "device": args.device,
+            "ms_per_step": round(1000 * statistics.median(times), 3), "repeats": args.repeats}
+
+
+def parser():
+    result = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    result.add_argument("--framework", choices=["torch", "jax"], default="torch")
+    result.add_argument("--mode", choices=["loop", "vmap", "jit"], default=None)
+    result.add_argument("--algorithm", choices=["maml", "platipus"], default="maml")
+    result.add_argument("--network", choices=["small", "paper"], default="small")
+    result.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    result.add_argument("--warmup", type=int, default=3)
+    result.add_argument("--repeats", type=int, default=20)
+    result.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
+    return result
+
+
+def main():
+    print(json.dumps(measure(parser().parse_args())))
 
 
 if __name__ == "__main__":

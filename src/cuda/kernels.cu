@@ -17,7 +17,10 @@ namespace platipus {
   template void cuda::scatter_add<T>(const T*, const std::int64_t*, T*, const IndexLayout&);     \
   template void cuda::fill_uniform<T>(T*, std::int64_t, std::uint64_t, std::uint64_t,            \
                                       std::uint64_t);                                            \
-  template void cuda::fill_normal<T>(T*, std::int64_t, std::uint64_t, std::uint64_t, std::uint64_t);
+  template void cuda::fill_normal<T>(T*, std::int64_t, std::uint64_t, std::uint64_t,             \
+                                     std::uint64_t);                                             \
+  template void cuda::fill_normal_rows<T>(T*, std::int64_t, std::int64_t, std::uint64_t,         \
+                                          const TaskStreams&, std::uint64_t);
 PLATIPUS_INSTANTIATE(float)
 PLATIPUS_INSTANTIATE(double)
 #undef PLATIPUS_INSTANTIATE

@@ -218,6 +218,26 @@ TEMPLATE_TEST_CASE("Philox fills give the CPU backend's numbers for the same see
   }
 }
 
+TEMPLATE_TEST_CASE("row fills give the CPU backend's numbers, one launch for every row",
+                   "[cuda][random]", float, double) {
+  using T = TestType;
+  const TaskStreams streams{.key = 99, .first = 4};
+  for (const auto& [rows, n] :
+       {std::pair<std::int64_t, std::int64_t>{1, 1}, {25, 7}, {25, 4000}, {3, 100003}}) {
+    INFO(rows << " rows of " << n);
+    std::vector<T> expected(static_cast<std::size_t>(rows * n));
+    cpu::fill_normal_rows(expected.data(), rows, n, 5, streams, 9);
+    Tensor<T, cuda> actual({rows, n});
+    cuda::fill_normal_rows(actual.data(), rows, n, 5, streams, 9);
+    const auto got = actual.to_vector();
+    double worst = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i)
+      worst = std::max(worst, ulps_apart(expected[i], got[i]));
+    INFO("normal draws up to " << worst << " ulps apart");
+    CHECK(worst <= 8);
+  }
+}
+
 TEST_CASE("CUDA failures throw platipus::error naming the call, and the backend goes on working",
           "[cuda][errors]") {
   CHECK_THROWS_WITH(cuda::allocate(std::size_t{1} << 50),

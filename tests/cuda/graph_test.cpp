@@ -103,6 +103,22 @@ TEST_CASE("replayed PLATIPUS meta-steps draw fresh noise and are otherwise the e
   }
 }
 
+TEST_CASE("learners with default settings run on one host thread and record as a graph",
+          "[cuda][graph][threads]") {
+  Generator init(9), gen(10);
+  const auto batch = sinusoid_batch<float, cuda>(11);
+  Maml<nn::Sequential, MseLoss, float, cuda> maml(small_network(), MseLoss{}, {}, init);
+  Platipus<nn::Sequential, MseLoss, float, cuda> model(small_network(), MseLoss{}, {}, init);
+  CHECK(maml.replay_obstacle().empty());
+  CHECK(model.replay_obstacle().empty());
+  GraphedMetaStep maml_step(maml, batch, gen);
+  GraphedMetaStep model_step(model, batch, gen);
+  maml_step.step(batch);
+  model_step.step(batch);
+  CHECK(std::isfinite(maml_step.statistics().query_loss));
+  CHECK(std::isfinite(model_step.statistics().kl));
+}
+
 TEST_CASE("what cannot be recorded or replayed throws platipus::error saying why",
           "[cuda][graph][errors]") {
   Generator init(6), gen(7);

@@ -11,6 +11,7 @@
 
 #include "platipus/backend/layouts.hpp"
 #include "platipus/backend/op_codes.hpp"
+#include "platipus/core/philox.hpp"
 
 namespace platipus {
 
@@ -19,9 +20,12 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            double* yd, const double* xd, std::int64_t n, const std::int64_t* index,
                            const BroadcastLayout& bl, const ReduceLayout& rl, const CopyLayout& cl,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
-                           const IndexLayout& il, std::uint64_t u) {
+                           const IndexLayout& il, std::uint64_t u, const TaskStreams& ts) {
   // A human-readable device name, for messages.
   { B::name } -> std::convertible_to<const char*>;
+  // How many host threads a learner spreads a meta-batch's tasks over when
+  // its settings leave it open (threads = 0).
+  { B::default_threads() } -> std::same_as<int>;
 
   // Memory: cached allocation (no device allocation per op in steady state),
   // byte copies within the device and across the host boundary.
@@ -73,6 +77,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::fill_normal(y, n, u, u, u)};
   {B::fill_uniform(yd, n, u, u, u)};
   {B::fill_normal(yd, n, u, u, u)};
+  // `rows` normal fills of n each in one call, row r from (seed,
+  // task_stream(streams, r), first block): the draws of a meta-batch's tasks.
+  {B::fill_normal_rows(y, n, n, u, ts, u)};
+  {B::fill_normal_rows(yd, n, n, u, ts, u)};
 };
 
 }  // namespace platipus

@@ -84,6 +84,20 @@ struct PhiloxDraw<double> {
   }
 };
 
+// The streams of a task-keyed fill (meta/task_noise.hpp): row r reads the
+// stream of task first + r, a hash of (the draw's key, the task's index), so
+// a task's numbers do not depend on which rows it shares a fill with.
+struct TaskStreams {
+  std::uint64_t key = 0;
+  std::int64_t first = 0;
+};
+
+PLATIPUS_HD inline std::uint64_t task_stream(const TaskStreams& s, std::int64_t row) {
+  const PhiloxBlock b =
+      philox4x32_10(s.key, static_cast<std::uint64_t>(s.first + row), 0x7461736bull);
+  return static_cast<std::uint64_t>(b[0]) << 32 | b[1];
+}
+
 // A seed, a stream and a position: every sampler and algorithm takes one of
 // these explicitly (there is no global generator). Fills reserve whole blocks
 // with `reserve`, so consecutive fills never share counters.

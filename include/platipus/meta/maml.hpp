@@ -31,7 +31,7 @@ struct MamlSettings {
   bool first_order = false;           // drop the second-order terms (FOMAML)
   double inner_gradient_noise = 0;    // "MAML + noise" when > 0
   optim::AdamSettings meta_optimizer{};
-  int threads = 0;  // threads over the tasks of a meta-batch; 0: one per hardware thread
+  int threads = 0;  // threads over the tasks of a meta-batch; 0: B::default_threads()
   // Chunks a meta-batch is cut into (meta/task_parallel.hpp, chunks_of): 0,
   // one per thread (fastest); N > 0, a fixed cut, so that the same seed gives
   // the same bits on any number of threads.
@@ -48,7 +48,7 @@ class Maml {
         settings_(settings),
         params_(model_.template initialize<T, B>(init)),
         optimizer_(settings.meta_optimizer),
-        pool_(std::make_unique<ThreadPool>(settings.threads)) {
+        pool_(task_pool<B>(settings.threads)) {
     check(settings.inner_steps >= 0, "Maml", "inner_steps must be non-negative, got {}",
           settings.inner_steps);
     check(settings.task_chunks >= 0, "Maml", "task_chunks must be non-negative, got {}",

@@ -55,7 +55,7 @@ struct PlatipusSettings {
   double initial_posterior_variance = 0.01;  // v_q at initialisation
   double initial_gamma_p = 0.01, initial_gamma_q = 0.01;
   optim::AdamSettings meta_optimizer{};
-  int threads = 0;  // threads over the tasks of a meta-batch; 0: one per hardware thread
+  int threads = 0;  // threads over the tasks of a meta-batch; 0: B::default_threads()
   // Chunks a meta-batch is cut into (meta/task_parallel.hpp, chunks_of): 0,
   // one per thread (fastest); N > 0, a fixed cut, so that the same seed gives
   // the same bits on any number of threads.
@@ -76,7 +76,7 @@ class Platipus {
         loss_(std::move(loss)),
         settings_(settings),
         optimizer_(settings.meta_optimizer),
-        pool_(std::make_unique<ThreadPool>(settings.threads)) {
+        pool_(task_pool<B>(settings.threads)) {
     check(settings.initial_prior_variance > 0 && settings.initial_posterior_variance > 0,
           "Platipus", "initial variances must be positive (got {} and {})",
           settings.initial_prior_variance, settings.initial_posterior_variance);

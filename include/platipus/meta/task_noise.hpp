@@ -31,19 +31,13 @@ class TaskNoise {
     check(shape.rank() >= 1, "TaskNoise::normal", "the shape {} has no task axis", shape);
     Tensor<T, B> y(shape);
     const std::int64_t tasks = shape[0], row = tasks ? y.numel() / tasks : 0;
-    for (std::int64_t t = 0; t < tasks && row > 0; ++t)
-      B::fill_normal(y.data() + t * row, row, seed_, stream(first_ + t), block_);
+    if (row > 0) B::fill_normal_rows(y.data(), tasks, row, seed_, {key_, first_}, block_);
     block_ +=
         static_cast<std::uint64_t>((row + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block);
     return y;
   }
 
  private:
-  std::uint64_t stream(std::int64_t task) const {
-    const PhiloxBlock b = philox4x32_10(key_, static_cast<std::uint64_t>(task), 0x7461736bull);
-    return static_cast<std::uint64_t>(b[0]) << 32 | b[1];
-  }
-
   std::uint64_t seed_, key_;
   std::int64_t first_ = 0;
   std::uint64_t block_ = 0;

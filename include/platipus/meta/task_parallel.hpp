@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,13 @@ namespace platipus {
 struct TaskRange {
   std::int64_t start = 0, count = 0;
 };
+
+// The pool a learner on backend B spreads a meta-batch's tasks over:
+// `threads` threads when positive, else B::default_threads().
+template <class B>
+std::unique_ptr<ThreadPool> task_pool(int threads) {
+  return std::make_unique<ThreadPool>(threads > 0 ? threads : B::default_threads());
+}
 
 // `parts` near-equal contiguous ranges covering [0, tasks), none empty.
 inline std::vector<TaskRange> split_tasks(std::int64_t tasks, int parts) {

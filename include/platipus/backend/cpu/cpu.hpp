@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <thread>
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -21,6 +22,10 @@ namespace platipus {
 struct cpu {
   static constexpr const char* name = "cpu";
   static constexpr std::size_t alignment = 64;
+  // One chunk of tasks per core: a chunk's ops are large enough to keep a core busy.
+  static int default_threads() {
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
 
   // ---- memory ----
   static void* allocate(std::size_t bytes) { return Cache::local().allocate(bytes); }
@@ -181,6 +186,12 @@ struct cpu {
       philox_fill(y, n, seed, stream, block,
                   [](const PhiloxBlock& b, int lane) { return PhiloxDraw<T>::normal(b, lane); });
     }
+  }
+  template <class T>
+  static void fill_normal_rows(T* y, std::int64_t rows, std::int64_t n, std::uint64_t seed,
+                               const TaskStreams& streams, std::uint64_t block) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      fill_normal(y + r * n, n, seed, task_stream(streams, r), block);
   }
 
  private:

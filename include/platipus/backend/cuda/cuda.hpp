@@ -15,11 +15,18 @@
 #include <cstdint>
 
 #include "platipus/backend/concept.hpp"
+#include "platipus/core/philox.hpp"
 
 namespace platipus {
 
 struct cuda {
   static constexpr const char* name = "cuda";
+  // One host thread: for the networks of the paper a meta-step is hundreds
+  // of microsecond-sized kernels, and host threads launching them concurrently
+  // contend for the driver (an H100 took 2.6 ms for a MAML step on one
+  // thread, 4.8 ms on 4, 110 ms on 16; benchmarks/README.md). One thread also
+  // keeps meta-steps recordable as a CUDA graph.
+  static int default_threads() { return 1; }
 
   // ---- memory ----
   // Device blocks from a per-thread cache: no cudaMalloc per op in steady state.
@@ -71,6 +78,9 @@ struct cuda {
   template <class T>
   static void fill_normal(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
                           std::uint64_t block);
+  template <class T>
+  static void fill_normal_rows(T* y, std::int64_t rows, std::int64_t n, std::uint64_t seed,
+                               const TaskStreams& streams, std::uint64_t block);
 };
 
 static_assert(Backend<cuda>);
