@@ -177,7 +177,7 @@ fi
 if [[ $built == yes && -n $SANITIZER ]]; then
   say ""
   say "== the CUDA tests under compute-sanitizer memcheck (the last step: it may run out of time)"
-  run 150 "$DETAILS" "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/platipus_cuda_tests"
+  run 150 "$DETAILS" "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 9 "$BIN/platipus_cuda_tests"
   grep -E 'ERROR SUMMARY|test cases' "$DETAILS" | tail -2 | sed 's/^/  /' | tee -a "$SUMMARY" >/dev/null
 fi
 
