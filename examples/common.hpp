@@ -205,8 +205,9 @@ struct TrainingOptions {
   long meta_batch = 25;  // tasks per meta-step
   int inner_steps = 5;   // the paper's 5
   double inner_rate = 0, kl_weight = 0;
-  double gradient_noise = 0;  // MAML + noise: std of the inner gradient's noise
-  long kl_anneal_steps = 0;   // the appendix anneals towards the KL weight; 0: constant
+  double gradient_noise = 0;           // MAML + noise: std of the inner gradient's noise
+  double inner_max_gradient_norm = 0;  // clip each task's inner gradient to this norm; 0: none
+  long kl_anneal_steps = 0;            // the appendix anneals towards the KL weight; 0: constant
   // PLATIPUS's query likelihood: summed over the points (the ELBO) or averaged.
   platipus::Reduction query_reduction = platipus::Reduction::sum;
   double meta_rate = 1e-3;
@@ -232,6 +233,9 @@ struct TrainingOptions {
     app.add_option("--gradient-noise", gradient_noise,
                    "MAML + noise: std of the Gaussian noise added to each inner gradient")
         ->check(CLI::Range(1e-12, 1e9));
+    app.add_option("--inner-max-gradient-norm", inner_max_gradient_norm,
+                   "clip each task's inner-loop gradient to this Euclidean norm (0: no clip)")
+        ->check(CLI::Range(0.0, 1e12));
     app.add_option("--kl-anneal-steps", kl_anneal_steps,
                    "ramp beta up from 0 over this many steps (0: constant)")
         ->check(CLI::Range(0L, 100'000'000L));
@@ -267,6 +271,7 @@ struct TrainingOptions {
             {"inner_rate", inner_rate},
             {"kl_weight", kl_weight},
             {"gradient_noise", gradient_noise},
+            {"inner_max_gradient_norm", inner_max_gradient_norm},
             {"kl_anneal_steps", kl_anneal_steps},
             {"query_reduction", query_reduction == platipus::Reduction::sum ? "sum" : "mean"},
             {"meta_rate", meta_rate},
@@ -281,6 +286,7 @@ struct TrainingOptions {
     return {.inner_steps = inner_steps,
             .inner_learning_rate = inner_rate,
             .inner_gradient_noise = noise,
+            .inner_max_gradient_norm = inner_max_gradient_norm,
             .meta_optimizer = {.learning_rate = meta_rate},
             .threads = threads,
             .task_chunks = task_chunks};
@@ -288,6 +294,7 @@ struct TrainingOptions {
   platipus::PlatipusSettings platipus() const {
     return {.inner_steps = inner_steps,
             .inner_learning_rate = inner_rate,
+            .inner_max_gradient_norm = inner_max_gradient_norm,
             .kl_weight = kl_weight,
             .query_reduction = query_reduction,
             .kl_anneal_steps = static_cast<int>(kl_anneal_steps),

@@ -664,6 +664,44 @@ TEST_CASE("foreach_add_scaled passes first and second order checks, with an outp
   }
 }
 
+TEST_CASE(
+    "clip_task_norms scales each task's gradient to the bound and leaves small ones as they are",
+    "[components][ops][grad]") {
+  Tape<double> tape;
+  // Three tasks, two pieces: task norms 5 (3, 4 | 0), 1 (0.6, 0 | 0.8) and 13 (5, 0 | 12).
+  const std::vector<Var<double>> g{
+      tape.constant(Tensor<double>::from_host({3, 2}, {3, 4, 0.6, 0, 5, 0})),
+      tape.constant(Tensor<double>::from_host({3, 1, 1}, {0, 0.8, 12}))};
+  const auto clipped = clip_task_norms(g, 2.0);
+  const auto a = clipped[0].value().to_vector(), b = clipped[1].value().to_vector();
+  const std::vector<double> expected_a{1.2, 1.6, 0.6, 0, 10.0 / 13, 0},
+      expected_b{0, 0.8, 24.0 / 13};
+  CHECK(largest_difference(a, expected_a) < 1e-15);
+  CHECK(largest_difference(b, expected_b) < 1e-15);
+  // A task within the bound is multiplied by exactly 1.
+  CHECK((a[2] == 0.6 && a[3] == 0.0 && b[1] == 0.8));
+  // A zero gradient stays zero, and its derivatives stay finite.
+  const std::vector<Var<double>> zero{tape.variable(Tensor<double>::zeros({2, 3}))};
+  const auto z = clip_task_norms(zero, 1.0)[0];
+  CHECK(z.value().to_vector() == std::vector<double>(6, 0.0));
+  const auto dz = grad(sum(z), std::span<const Var<double>>(zero))[0].value().to_vector();
+  CHECK(dz == std::vector<double>(6, 1.0));
+  CHECK_THROWS_WITH(clip_task_norms(g, 0.0), Contains("clip_task_norms") && Contains("positive"));
+}
+
+TEST_CASE("clip_task_norms passes first and second order checks on both sides of the bound",
+          "[components][ops][grad]") {
+  // Task 0's norm is below 1.5 and task 1's above: both branches are checked.
+  const Inputs inputs = tensors(Tensor<double>::from_host({2, 3}, {0.2, -0.4, 0.3, 1.5, -2.0, 0.7}),
+                                Tensor<double>::from_host({2, 2}, {0.1, 0.5, -1.1, 0.9}));
+  check_derivatives(
+      [](std::span<const V> x) {
+        const auto out = clip_task_norms(std::vector<V>(x.begin(), x.end()), 1.5);
+        return concat({reshape(out[0] * x[0], {-1}), reshape(tanh(out[1]), {-1})}, 0);
+      },
+      inputs);
+}
+
 // ------------------------------------------------------------------ optim
 
 TEST_CASE("Adam's first three steps follow the bias-corrected formulas", "[components][optim]") {

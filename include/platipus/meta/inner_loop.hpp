@@ -18,6 +18,9 @@ struct InnerLoop {
   double learning_rate = 0.01;
   bool create_graph = true;   // differentiate through the steps (second order)
   double gradient_noise = 0;  // std of Gaussian noise added to each gradient ("MAML + noise")
+  // When > 0, each task's support-loss gradient (all pieces together) is
+  // scaled down to this Euclidean norm before a step (clip_task_norms).
+  double max_gradient_norm = 0;
 };
 
 // The pieces of a flat vector [P] (views, no copy), each expanded to a task
@@ -50,13 +53,47 @@ Var<T, B> task_loss(const M& model, const L& loss, const Pieces<T, B>& params, c
   return sum(loss(model.forward(std::span<const Var<T, B>>(params), x), y, 1));
 }
 
+// Each task's gradient scaled to Euclidean norm at most c over all its
+// pieces: g * c / |g| where |g| > c. A fixed step alpha is stable only while
+// alpha is below 2 / (the support loss's curvature), and a task far from the
+// current meta-parameters can leave that region within the K steps; the clip
+// bounds each inner step to alpha * c, a trust region. It is recorded like
+// every op, so the meta-gradient differentiates through it (second order).
+// Tasks whose gradient is within c are multiplied by exactly 1, so a run in
+// which the clip never binds is bit for bit the run without it; the norm is
+// taken of max(|g|^2, c^2), so no zero norm is ever divided by.
+template <class T, class B>
+Pieces<T, B> clip_task_norms(const Pieces<T, B>& g, double c) {
+  check(c > 0, "clip_task_norms", "the norm bound must be positive, got {}", c);
+  Var<T, B> squared;  // [tasks]
+  for (const auto& gi : g) {
+    std::vector<int> axes;
+    for (int a = 1; a < gi.rank(); ++a) axes.push_back(a);
+    const Var<T, B> s = axes.empty() ? square(gi) : sum(square(gi), std::span<const int>(axes));
+    squared = squared.defined() ? squared + s : s;
+  }
+  auto& tape = squared.tape();
+  const Var<T, B> bound = tape.constant(Tensor<T, B>::full(squared.shape(), static_cast<T>(c * c)));
+  const Var<T, B> over = greater(squared, bound);
+  const Var<T, B> factor =
+      where(over, scale(pow(where(over, squared, bound), T(-0.5)), static_cast<T>(c)),
+            tape.constant(Tensor<T, B>::ones(squared.shape())));
+  Pieces<T, B> clipped;
+  for (const auto& gi : g) {
+    Shape shape{gi.shape()[0]};
+    for (int a = 1; a < gi.rank(); ++a) shape.push_back(1);
+    clipped.push_back(gi * reshape(factor, shape));
+  }
+  return clipped;
+}
+
 template <class T, class B>
 struct Adapted {
   Pieces<T, B> params;     // phi after the last step, pieces [T, shape...]
   Var<T, B> initial_loss;  // the summed support loss at the start (undefined when steps == 0)
 };
 
-// phi_{k+1} = phi_k - alpha * (grad L(phi_k, D_train) + noise), from phi_0 = params.
+// phi_{k+1} = phi_k - alpha * (clip(grad L(phi_k, D_train)) + noise), from phi_0 = params.
 template <class M, class L, class T, class B>
 Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T, B>& x,
                     const Var<T, B>& y, const InnerLoop& loop, TaskNoise* noise = nullptr) {
@@ -67,6 +104,7 @@ Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T
     if (step == 0) initial_loss = support_loss;
     auto g =
         grad(support_loss, std::span<const Var<T, B>>(phi), {.create_graph = loop.create_graph});
+    if (loop.max_gradient_norm > 0) g = clip_task_norms(g, loop.max_gradient_norm);
     if (loop.gradient_noise > 0) {
       check(noise != nullptr, "adapt", "gradient noise needs a generator");
       for (auto& gi : g)

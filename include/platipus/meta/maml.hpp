@@ -30,6 +30,9 @@ struct MamlSettings {
   double inner_learning_rate = 0.01;  // alpha
   bool first_order = false;           // drop the second-order terms (FOMAML)
   double inner_gradient_noise = 0;    // "MAML + noise" when > 0
+  // When > 0, each task's inner gradient is clipped to this norm
+  // (InnerLoop::max_gradient_norm, clip_task_norms); 0: no clip.
+  double inner_max_gradient_norm = 0;
   optim::AdamSettings meta_optimizer{};
   int threads = 0;  // threads over the tasks of a meta-batch; 0: B::default_threads()
   // Chunks a meta-batch is cut into (meta/task_parallel.hpp, chunks_of): 0,
@@ -56,6 +59,9 @@ class Maml {
     check(settings.inner_gradient_noise >= 0, "Maml",
           "inner_gradient_noise is a standard deviation and must be non-negative, got {}",
           settings.inner_gradient_noise);
+    check(settings.inner_max_gradient_norm >= 0, "Maml",
+          "inner_max_gradient_norm must be non-negative (0: no clip), got {}",
+          settings.inner_max_gradient_norm);
   }
 
   // One meta-update of theta on a batch of tasks.
@@ -188,7 +194,7 @@ class Maml {
 
   InnerLoop inner_loop(bool create_graph) const {
     return {settings_.inner_steps, settings_.inner_learning_rate, create_graph,
-            settings_.inner_gradient_noise};
+            settings_.inner_gradient_noise, settings_.inner_max_gradient_norm};
   }
 
   M model_;

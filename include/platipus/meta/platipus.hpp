@@ -45,6 +45,9 @@ struct PlatipusSettings {
   int inner_steps = 5;
   double inner_learning_rate = 1e-3;  // alpha (paper: 1e-3 regression, 1e-2 classification)
   int mean_steps = 1;                 // gradient steps for the prior and posterior means (paper: 1)
+  // When > 0, each task's inner gradient is clipped to this norm
+  // (InnerLoop::max_gradient_norm, clip_task_norms); 0: no clip.
+  double inner_max_gradient_norm = 0;
   double kl_weight = 1.5;  // beta (paper: 1.5 for 1-D regression, 0.01 for 2-D classification)
   // How step 5 reduces the losses of a task's query points: their sum, the
   // likelihood term of the ELBO (Section 4), or their mean. The loss's own
@@ -91,6 +94,9 @@ class Platipus {
           settings.task_chunks);
     check(settings.mean_steps >= 1, "Platipus", "mean_steps must be at least 1, got {}",
           settings.mean_steps);
+    check(settings.inner_max_gradient_norm >= 0, "Platipus",
+          "inner_max_gradient_norm must be non-negative (0: no clip), got {}",
+          settings.inner_max_gradient_norm);
     const Shape shape{model_.layout().size()};
     theta_[mu_theta] = model_.template initialize<T, B>(init);
     theta_[log_sigma2_theta] =
@@ -287,7 +293,8 @@ class Platipus {
   }
 
   InnerLoop inner_loop(bool create_graph) const {
-    return {settings_.inner_steps, settings_.inner_learning_rate, create_graph, 0.0};
+    return {settings_.inner_steps, settings_.inner_learning_rate, create_graph, 0.0,
+            settings_.inner_max_gradient_norm};
   }
 
   M model_;
