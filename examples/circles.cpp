@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
     fmt::print("1-shot classification on {} held-out tasks (mean +- 95% interval; {} samples)\n",
                eval_tasks, samples);
     print_scores(results, {"accuracy", "nll", "ece"}, {"accuracy", "NLL per point", "ECE"});
-    fmt::print("wrote {}/results.json, figure7.json, train.jsonl, train.csv\n", out);
+    fmt::print("wrote {}/results.json, figure7.json{}\n", out,
+               eval_only ? "" : ", train.jsonl, train.csv");
     if (!no_plot) plot("circles", dir);
   } catch (...) {
     return report_failure("circles");

@@ -177,7 +177,8 @@ int main(int argc, char** argv) {
                Estimate{results["platipus"]["mse_per_sample"]["mean"],
                         results["platipus"]["mse_per_sample"]["ci95"]}
                    .text());
-    fmt::print("wrote {}/results.json, figure3.json, train.jsonl, train.csv\n", out);
+    fmt::print("wrote {}/results.json, figure3.json{}\n", out,
+               eval_only ? "" : ", train.jsonl, train.csv");
     if (!no_plot) plot("sine_line", dir);
   } catch (...) {
     return report_failure("sine_line");
