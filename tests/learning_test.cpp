@@ -24,11 +24,21 @@ nn::Sequential small_network() {
 }
 
 // For each gradient in `gradients`, the largest relative error of its
-// directional derivative g . v against a central difference of `objective`
-// (eps 1e-6) along v, over five random directions v about `theta`.
-template <class F>
-std::vector<double> directional_errors(F&& objective, const std::vector<double>& theta,
+// directional derivative g . v against a central difference (eps 1e-6) of
+// the learner's query loss on `batch` along v, over five random directions v
+// about its meta-parameters. Leaves the learner at the last point evaluated.
+template <class Learner>
+std::vector<double> directional_errors(Learner& learner, const TaskBatch<double>& batch,
+                                       Generator& gen,
                                        const std::vector<std::vector<double>>& gradients) {
+  const Shape shape = learner.parameters().shape();
+  const auto theta = learner.parameters().to_vector();
+  auto objective = [&](const std::vector<double>& at) {
+    learner.set_parameters(Tensor<double>::from_host(shape, at));
+    MetaStepResult r;
+    learner.meta_gradient(batch, gen, &r);
+    return r.query_loss;
+  };
   Generator directions(5);
   std::vector<double> worst(gradients.size(), 0.0);
   for (int d = 0; d < 5; ++d) {
@@ -111,14 +121,7 @@ TEST_CASE("the MAML class's meta-gradient matches finite differences and differs
       {.inner_steps = 3, .inner_learning_rate = 0.05, .first_order = true, .threads = 2}, init2);
   const auto g = second.meta_gradient(batch, gen).to_vector();
   const auto g_first = first.meta_gradient(batch, gen).to_vector();
-  const auto theta = second.parameters().to_vector();
-  auto objective = [&](const std::vector<double>& at) {
-    second.set_parameters(Tensor<double>::from_host(second.parameters().shape(), at));
-    MetaStepResult r;
-    second.meta_gradient(batch, gen, &r);
-    return r.query_loss;
-  };
-  const auto errors = directional_errors(objective, theta, {g, g_first});
+  const auto errors = directional_errors(second, batch, gen, {g, g_first});
   const double worst = errors[0], first_order_gap = errors[1];
   INFO("worst relative error " << worst << ", first-order gap " << first_order_gap);
   CHECK(worst < 1e-6);
@@ -504,14 +507,7 @@ TEST_CASE("a meta-gradient through clipped inner gradients matches central finit
   Maml<nn::Sequential, MseLoss, double> clipped(model, MseLoss{}, clipped_settings, init2);
   const auto g = clipped.meta_gradient(batch, gen).to_vector();
   const auto g_plain = plain.meta_gradient(batch, gen).to_vector();
-  const auto theta = clipped.parameters().to_vector();
-  auto objective = [&](const std::vector<double>& at) {
-    clipped.set_parameters(Tensor<double>::from_host(clipped.parameters().shape(), at));
-    MetaStepResult r;
-    clipped.meta_gradient(batch, gen, &r);
-    return r.query_loss;
-  };
-  const double worst = directional_errors(objective, theta, {g})[0];
+  const double worst = directional_errors(clipped, batch, gen, {g})[0];
   INFO("worst relative error " << worst);
   CHECK(worst < 1e-6);
   // The clip changed the meta-gradient: it bound for some tasks.
