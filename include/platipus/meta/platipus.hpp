@@ -23,9 +23,10 @@
 // (meta/task_noise.hpp), so a meta-step's numbers do not depend on threads.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
-#include <memory>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,11 +34,8 @@
 
 #include "platipus/meta/inner_loop.hpp"
 #include "platipus/meta/kl_divergence.hpp"
-#include "platipus/meta/maml.hpp"
-#include "platipus/meta/predict.hpp"
-#include "platipus/meta/task_parallel.hpp"
+#include "platipus/meta/meta_learner.hpp"
 #include "platipus/nn/losses.hpp"
-#include "platipus/optim/optimizers.hpp"
 
 namespace platipus {
 
@@ -65,84 +63,79 @@ struct PlatipusSettings {
   int task_chunks = 0;
 };
 
-template <class M, class L, class T = float, class B = cpu>
-requires Model<M, T, B> && Loss<L, T, B>
-class Platipus {
- public:
-  // The meta-parameters in a fixed order (also the checkpoint's names).
+// PLATIPUS's meta-parameters Theta in a fixed order (the checkpoint's names).
+struct PlatipusNames {
   enum Part : int { mu_theta = 0, log_sigma2_theta, log_v_q, log_gamma_p, log_gamma_q, part_count };
   static constexpr std::array<std::string_view, part_count> part_names{
       "mu_theta", "log_sigma2_theta", "log_v_q", "log_gamma_p", "log_gamma_q"};
+};
 
-  Platipus(M model, L loss, PlatipusSettings settings, Generator& init)
-      : model_(std::move(model)),
-        loss_(std::move(loss)),
-        settings_(settings),
-        optimizer_(settings.meta_optimizer),
-        pool_(task_pool<B>(settings.threads)) {
-    check(settings.initial_prior_variance > 0 && settings.initial_posterior_variance > 0,
-          "Platipus", "initial variances must be positive (got {} and {})",
-          settings.initial_prior_variance, settings.initial_posterior_variance);
-    check(settings.initial_gamma_p > 0 && settings.initial_gamma_q > 0, "Platipus",
+// PLATIPUS as an Objective of the meta-learner driver (meta/meta_learner.hpp).
+template <class M, class L, class T = float, class B = cpu>
+requires Model<M, T, B> && Loss<L, T, B>
+class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, PlatipusNames> {
+  using Base = ObjectiveBase<M, L, T, B, PlatipusSettings, PlatipusNames>;
+  using Base::loss_, Base::model_, Base::settings_;
+
+ public:
+  using typename Base::Parts;
+  using enum PlatipusNames::Part;
+  static constexpr std::string_view name = "Platipus";
+
+  PlatipusObjective(M model, L loss, PlatipusSettings settings)
+      : Base(std::move(model), std::move(loss), settings) {
+    check(settings.initial_prior_variance > 0 && settings.initial_posterior_variance > 0, name,
+          "initial variances must be positive (got {} and {})", settings.initial_prior_variance,
+          settings.initial_posterior_variance);
+    check(settings.initial_gamma_p > 0 && settings.initial_gamma_q > 0, name,
           "initial gammas must be positive step sizes (got gamma_p {} and gamma_q {})",
           settings.initial_gamma_p, settings.initial_gamma_q);
-    check(settings.kl_weight >= 0, "Platipus", "kl_weight must be non-negative, got {}",
+    check(settings.kl_weight >= 0, name, "kl_weight must be non-negative, got {}",
           settings.kl_weight);
-    check(settings.inner_steps >= 0, "Platipus", "inner_steps must be non-negative, got {}",
+    check(settings.inner_steps >= 0, name, "inner_steps must be non-negative, got {}",
           settings.inner_steps);
-    check(settings.task_chunks >= 0, "Platipus", "task_chunks must be non-negative, got {}",
-          settings.task_chunks);
-    check(settings.mean_steps >= 1, "Platipus", "mean_steps must be at least 1, got {}",
+    check(settings.mean_steps >= 1, name, "mean_steps must be at least 1, got {}",
           settings.mean_steps);
-    check(settings.inner_max_gradient_norm >= 0, "Platipus",
+    check(settings.inner_max_gradient_norm >= 0, name,
           "inner_max_gradient_norm must be non-negative (0: no clip), got {}",
           settings.inner_max_gradient_norm);
+  }
+
+  Parts initialize(Generator& init) const {
     const Shape shape{model_.layout().size()};
-    theta_[mu_theta] = model_.template initialize<T, B>(init);
-    theta_[log_sigma2_theta] =
-        Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_prior_variance)));
-    theta_[log_v_q] =
-        Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_posterior_variance)));
-    theta_[log_gamma_p] =
-        Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_gamma_p)));
-    theta_[log_gamma_q] =
-        Tensor<T, B>::full(shape, static_cast<T>(std::log(settings.initial_gamma_q)));
+    auto full = [&](double value) {
+      return Tensor<T, B>::full(shape, static_cast<T>(std::log(value)));
+    };
+    Parts theta;
+    theta[mu_theta] = model_.template initialize<T, B>(init);
+    theta[log_sigma2_theta] = full(settings_.initial_prior_variance);
+    theta[log_v_q] = full(settings_.initial_posterior_variance);
+    theta[log_gamma_p] = full(settings_.initial_gamma_p);
+    theta[log_gamma_q] = full(settings_.initial_gamma_q);
+    return theta;
   }
 
-  // One update of Theta on a batch of tasks.
-  MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
-    return MetaStepResult::read(meta_train_step_async(batch, gen));
+  // The chunk's summed objective L(phi, D_test) + beta KL, per task.
+  ChunkTerms<T, B> chunk_terms(std::span<const Var<T, B>> parts, const TaskBatch<T, B>& chunk,
+                               TaskNoise& noise, double kl_weight) const {
+    std::array<Var<T, B>, part_count> v;
+    std::copy(parts.begin(), parts.end(), v.begin());
+    const auto [query, kl] = objective_terms(v, chunk, noise);
+    return {.objective = sum(query + static_cast<T>(kl_weight) * kl),
+            .query = sum(query),
+            .support = {},
+            .kl = sum(kl)};
   }
 
-  // The same update with its statistics left on the backend, a [3] tensor
-  // for MetaStepResult::read. With one thread and a constant KL weight
-  // nothing here waits for the device, so a CUDA graph can record it
-  // (meta/graphed_step.hpp).
-  Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
-    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
-    std::array<Tensor<T, B>*, part_count> params;
-    std::array<const Tensor<T, B>*, part_count> grads;
-    for (int i = 0; i < part_count; ++i) {
-      params[i] = &theta_[i];
-      grads[i] = &gradients[i];
-    }
-    optimizer_.step(params, grads);
-    return std::move(statistics);
+  // beta at the meta-step after `steps()` steps; reads the count only while
+  // beta ramps up (on CUDA reading it waits for the device).
+  double kl_weight(const std::function<int()>& steps) const {
+    if (settings_.kl_anneal_steps <= 0) return settings_.kl_weight;
+    return settings_.kl_weight *
+           std::min(1.0, static_cast<double>(steps()) / settings_.kl_anneal_steps);
   }
 
-  // The gradients of the objective, mean over tasks of L(phi, D_test) +
-  // beta KL, with respect to the five parts of Theta; no update.
-  std::vector<Tensor<T, B>> meta_gradient(const TaskBatch<T, B>& batch, Generator& gen,
-                                          MetaStepResult* stats = nullptr) const {
-    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
-    if (stats) *stats = MetaStepResult::read(statistics);
-    return std::move(gradients);
-  }
-
-  // Why a recorded meta-step could not be replayed as it is; empty when it can.
-  std::string replay_obstacle() const {
-    if (auto obstacle = recording_obstacle(*pool_, settings_.task_chunks); !obstacle.empty())
-      return obstacle;
+  std::string replay_obstacle(const std::function<int()>& steps) const {
     if (settings_.kl_anneal_steps > 0 && steps() < settings_.kl_anneal_steps)
       return fmt::format("the KL weight still ramps up (step {} of {}) and a recording fixes it",
                          steps(), settings_.kl_anneal_steps);
@@ -189,18 +182,18 @@ class Platipus {
   }
 
   // Algorithm 2 with the data-dependent prior: n models per task, [tasks, n, P].
-  Tensor<T, B> sample(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t n,
-                      Generator& gen) const {
+  Tensor<T, B> sample(const Parts& theta, const Tensor<T, B>& support_x,
+                      const Tensor<T, B>& support_y, std::int64_t n, Generator& gen) const {
     check(support_x.rank() == 3 && support_x.dim(1) > 0, "Platipus::sample",
           "empty or malformed support set {}", support_x.shape());
     check(n > 0, "Platipus::sample", "the number of samples must be positive, got {}", n);
     const auto& layout = model_.layout();
     const std::int64_t tasks = support_x.dim(0), size = layout.size();
     Tape<T, B> tape;
-    const auto mu_p = descend(per_task(tape.variable(theta_[mu_theta]), layout, tasks),
-                              unflatten(exp(tape.constant(theta_[log_gamma_p])), layout.shapes()),
+    const auto mu_p = descend(per_task(tape.variable(theta[mu_theta]), layout, tasks),
+                              unflatten(exp(tape.constant(theta[log_gamma_p])), layout.shapes()),
                               tape.constant(support_x), tape.constant(support_y), false);
-    const auto log_s2 = unflatten(tape.constant(theta_[log_sigma2_theta]), layout.shapes());
+    const auto log_s2 = unflatten(tape.constant(theta[log_sigma2_theta]), layout.shapes());
     Pieces<T, B> start;
     for (std::size_t i = 0; i < mu_p.size(); ++i) {
       const Shape& shape = layout.shapes()[i];
@@ -212,75 +205,13 @@ class Platipus {
           tape.variable(reshape(draw, merged).value().clone()));  // a fresh leaf: the test-time
                                                                   // inner loop starts here
     }
-    const auto xs = tape.constant(Maml<M, L, T, B>::repeat(support_x, n));
-    const auto ys = tape.constant(Maml<M, L, T, B>::repeat(support_y, n));
+    const auto xs = tape.constant(repeat_tasks(support_x, n));
+    const auto ys = tape.constant(repeat_tasks(support_y, n));
     const auto phi = adapt(model_, loss_, start, xs, ys, inner_loop(false)).params;
     return flat_values(phi, layout).reshaped(Shape{tasks, n, size});
   }
 
-  Tensor<T, B> predict(const Tensor<T, B>& params, const Tensor<T, B>& x) const {
-    return platipus::predict(model_, params, x);
-  }
-
-  // The meta-parameters by name, for checkpoints (part_names order).
-  std::vector<std::pair<std::string, const Tensor<T, B>*>> state() const {
-    std::vector<std::pair<std::string, const Tensor<T, B>*>> out;
-    for (int i = 0; i < part_count; ++i) out.emplace_back(std::string(part_names[i]), &theta_[i]);
-    return out;
-  }
-  void set_state(const std::string& name, Tensor<T, B> value) {
-    for (int i = 0; i < part_count; ++i)
-      if (name == part_names[i]) return set_part(static_cast<Part>(i), std::move(value));
-    fail("Platipus::set_state", "unknown meta-parameter '{}'", name);
-  }
-
-  const Tensor<T, B>& part(Part p) const { return theta_[p]; }
-  void set_part(Part p, Tensor<T, B> value) {
-    check(value.shape() == theta_[p].shape(), "Platipus::set_part", "{} must be {}, got {}",
-          part_names[p], theta_[p].shape(), value.shape());
-    theta_[p] = std::move(value);
-  }
-  const M& model() const { return model_; }
-  const PlatipusSettings& settings() const { return settings_; }
-  // Meta-steps taken (kept by the optimiser in backend memory: on CUDA,
-  // reading it waits for the device).
-  int steps() const { return optimizer_.steps(); }
-
-  // beta at the next meta-step; while it ramps up, reading the step count
-  // makes each meta-step wait for the device.
-  double current_kl_weight() const {
-    if (settings_.kl_anneal_steps <= 0) return settings_.kl_weight;
-    return settings_.kl_weight *
-           std::min(1.0, static_cast<double>(steps()) / settings_.kl_anneal_steps);
-  }
-
  private:
-  // Chunks of tasks run in parallel on the pool, each on its own tape.
-  typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& batch,
-                                                             Generator& gen) const {
-    batch.validate("Platipus::meta_gradient");
-    const auto ranges = chunks_of(batch.tasks(), settings_.task_chunks, *pool_);
-    std::array<Shape, part_count> shapes;
-    for (int i = 0; i < part_count; ++i) shapes[i] = theta_[i].shape();
-    ChunkResults<T, B> results(ranges.size(), shapes);
-    const TaskNoise noise(gen);
-    const std::int64_t tasks = batch.tasks();
-    const T kl_weight = static_cast<T>(current_kl_weight());
-    if (ranges.size() > 1) B::synchronize();  // the workers' streams read this thread's work
-    pool_->run(static_cast<int>(ranges.size()), [&](int c) {
-      const auto chunk = slice_tasks(batch, ranges[c]);
-      Tape<T, B> tape;
-      std::array<Var<T, B>, part_count> v;
-      for (int i = 0; i < part_count; ++i) v[i] = tape.variable(theta_[i]);
-      TaskNoise chunk_noise = noise.from_task(ranges[c].start);
-      const auto [query, kl] = objective_terms(v, chunk, chunk_noise);
-      const auto grads = grad(sum(query + kl_weight * kl) / static_cast<double>(tasks),
-                              std::span<const Var<T, B>>(v));
-      results.store(c, grads, step_statistics(sum(query), Var<T, B>{}, sum(kl), tasks));
-    });
-    return results.sum();
-  }
-
   // mean - gamma * grad L(mean, D), piece by piece, repeated mean_steps times.
   Pieces<T, B> descend(Pieces<T, B> m, const Pieces<T, B>& gamma, const Var<T, B>& x,
                        const Var<T, B>& y, bool create_graph) const {
@@ -296,13 +227,9 @@ class Platipus {
     return {settings_.inner_steps, settings_.inner_learning_rate, create_graph, 0.0,
             settings_.inner_max_gradient_norm};
   }
-
-  M model_;
-  L loss_;
-  PlatipusSettings settings_;
-  std::array<Tensor<T, B>, part_count> theta_;
-  optim::Adam<T, B> optimizer_;
-  std::unique_ptr<ThreadPool> pool_;
 };
+
+template <class M, class L, class T = float, class B = cpu>
+using Platipus = MetaLearner<PlatipusObjective<M, L, T, B>>;
 
 }  // namespace platipus

@@ -73,6 +73,19 @@ TaskBatch<T, B> slice_tasks(const TaskBatch<T, B>& batch, TaskRange r) {
           raw::slice(batch.query_y, 0, r.start, r.count)};
 }
 
+// x [tasks, ...] -> [tasks * n, ...], each task repeated n times in a row:
+// n draws per task run as a batch of tasks * n.
+template <class T, class B>
+Tensor<T, B> repeat_tasks(const Tensor<T, B>& x, std::int64_t n) {
+  Shape with_axis{x.dim(0), 1}, expanded{x.dim(0), n}, merged{x.dim(0) * n};
+  for (int a = 1; a < x.rank(); ++a) {
+    with_axis.push_back(x.dim(a));
+    expanded.push_back(x.dim(a));
+    merged.push_back(x.dim(a));
+  }
+  return raw::expand(Tensor<T, B>::view(x, with_axis), expanded).reshaped(merged);
+}
+
 // Per-chunk buffers for the gradients and the step statistics, allocated by
 // the calling thread, filled by the workers, summed by the caller.
 template <class T, class B>

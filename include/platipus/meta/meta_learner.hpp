@@ -1,0 +1,293 @@
+// MetaLearner<Objective>: the one driver of every meta-learning algorithm.
+// It owns what all of them share: the meta-parameters (named parts), Adam
+// over them, the thread pool that cuts a meta-batch into chunks of tasks,
+// one tape per chunk, the chunks' gradient sums, the step statistics, the
+// state for checkpoints and the replay check of CUDA graphs. An Objective
+// says only what differs: its parts and their initial values, what a chunk
+// of tasks contributes to the meta-loss, and how it adapts at test time.
+// MAML, MAML + noise and PLATIPUS are objectives (maml.hpp, platipus.hpp);
+// `Maml` and `Platipus` are this driver over them.
+//
+// The design follows PyTorch's split of a model (what to compute) from the
+// training machinery, and Stan Math's of a log density from the sampler.
+#pragma once
+
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "platipus/meta/predict.hpp"
+#include "platipus/meta/step_statistics.hpp"
+#include "platipus/meta/task_noise.hpp"
+#include "platipus/meta/task_parallel.hpp"
+#include "platipus/optim/optimizers.hpp"
+
+namespace platipus {
+
+// What one chunk of a meta-batch's tasks contributes to a meta-step, each a
+// sum over the chunk's tasks. The driver differentiates objective / tasks
+// (the meta-loss is the mean over the whole batch) and reports the others
+// (step_statistics); an undefined statistic counts 0.
+template <class T, class B>
+struct ChunkTerms {
+  Var<T, B> objective;
+  Var<T, B> query, support, kl;
+};
+
+// An Objective O, requirement by requirement (O::Scalar is T, O::Backend is B):
+//   O::Model, O::Loss, O::Settings   the model and loss it is built from, and
+//                                    its settings, which hold at least
+//                                    meta_optimizer (optim::AdamSettings),
+//                                    threads and task_chunks (int);
+//   O(model, loss, settings)         checks the settings (platipus::error
+//                                    naming the bad one) and keeps them;
+//   O::name                          for messages ("Maml", "Platipus");
+//   O::Names                         a struct with its meta-parameters'
+//                                    indices (enum Part), number
+//                                    (part_count) and names (part_names), in
+//                                    a fixed order (the checkpoint's names);
+//                                    the driver derives from it;
+//   initialize(gen)                  their initial values, part_count
+//                                    tensors, drawn from gen;
+//   chunk_terms(parts, chunk, noise, kl_weight)
+//                                    the chunk's ChunkTerms, recorded on the
+//                                    tape of `parts` (leaves, one per part);
+//                                    random draws come from `noise`, keyed by
+//                                    task, so no result depends on the cut;
+//   kl_weight(steps)                 the weight passed to chunk_terms at the
+//                                    next meta-step (0 where there is no KL);
+//                                    steps() reads the optimiser's count and
+//                                    may wait for the device, so call it only
+//                                    when the weight changes with the step;
+//   replay_obstacle(steps)           why a recording of the step could not be
+//                                    replayed, beyond the driver's own
+//                                    reasons; empty when it can;
+//   sample(parts, x, y, n, gen)      n adapted models per task, [tasks, n, P];
+//   model(), settings()              what it was built from.
+template <class O>
+concept Objective = requires(
+    const O& o, std::span<const Var<typename O::Scalar, typename O::Backend>> vars,
+    const std::array<Tensor<typename O::Scalar, typename O::Backend>, O::part_count>& parts,
+    const TaskBatch<typename O::Scalar, typename O::Backend>& batch, TaskNoise& noise,
+    const std::function<int()>& steps, Generator& gen) {
+  typename O::Part;
+  typename O::Names;  // a base of the driver: Part, part_count, part_names
+  { O::name } -> std::convertible_to<std::string_view>;
+  { O::part_names[0] } -> std::convertible_to<std::string_view>;
+  { o.initialize(gen) } -> std::same_as<std::remove_cvref_t<decltype(parts)>>;
+  {
+    o.chunk_terms(vars, batch, noise, 1.0)
+    } -> std::same_as<ChunkTerms<typename O::Scalar, typename O::Backend>>;
+  { o.kl_weight(steps) } -> std::convertible_to<double>;
+  { o.replay_obstacle(steps) } -> std::convertible_to<std::string>;
+  {
+    o.sample(parts, batch.support_x, batch.support_y, std::int64_t{1}, gen)
+    } -> std::same_as<Tensor<typename O::Scalar, typename O::Backend>>;
+  { o.settings().meta_optimizer } -> std::convertible_to<optim::AdamSettings>;
+  { o.settings().threads } -> std::convertible_to<int>;
+  { o.settings().task_chunks } -> std::convertible_to<int>;
+  o.model();
+};
+
+// What every objective keeps: the model, the loss and the settings it was
+// built from, and the Objective concept's type names. Derive as
+// `class MyObjective : public ObjectiveBase<M, L, T, B, MySettings, MyNames>`.
+template <class M, class L, class T, class B, class S, class N>
+class ObjectiveBase : public N {
+ public:
+  using Model = M;
+  using Loss = L;
+  using Scalar = T;
+  using Backend = B;
+  using Settings = S;
+  using Names = N;
+  using Parts = std::array<Tensor<T, B>, N::part_count>;
+
+  ObjectiveBase(M model, L loss, S settings)
+      : model_(std::move(model)), loss_(std::move(loss)), settings_(settings) {}
+
+  const M& model() const { return model_; }
+  const L& loss() const { return loss_; }
+  const S& settings() const { return settings_; }
+
+ protected:
+  M model_;
+  L loss_;
+  S settings_;
+};
+
+// The part names and indices are the objective's: Platipus<...>::mu_theta,
+// Platipus<...>::part_names.
+template <class O>
+requires Objective<O>
+class MetaLearner : public O::Names {
+ public:
+  using T = typename O::Scalar;
+  using B = typename O::Backend;
+  using Settings = typename O::Settings;
+  using Part = typename O::Part;
+  using Parts = std::array<Tensor<T, B>, O::part_count>;
+
+  MetaLearner(typename O::Model model, typename O::Loss loss, Settings settings, Generator& init)
+      : objective_(std::move(model), std::move(loss), settings),
+        parts_(objective_.initialize(init)),
+        optimizer_(settings.meta_optimizer),
+        pool_(task_pool<B>(settings.threads)) {
+    check(settings.task_chunks >= 0, O::name, "task_chunks must be non-negative, got {}",
+          settings.task_chunks);
+  }
+
+  // One meta-update of the parts on a batch of tasks.
+  MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
+    return MetaStepResult::read(meta_train_step_async(batch, gen));
+  }
+
+  // The same update with its statistics left on the backend, a [3] tensor
+  // for MetaStepResult::read. With one thread (and a KL weight that no
+  // longer changes) nothing here waits for the device, so a CUDA graph can
+  // record it (meta/graphed_step.hpp).
+  Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
+    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
+    std::array<Tensor<T, B>*, O::part_count> params;
+    std::array<const Tensor<T, B>*, O::part_count> grads;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      params[i] = &parts_[i];
+      grads[i] = &gradients[i];
+    }
+    optimizer_.step(params, grads);
+    return std::move(statistics);
+  }
+
+  // The gradient of the meta-loss with respect to each part, differentiated
+  // through the inner loop; no update. One part: its tensor; several: a
+  // vector in part order.
+  auto meta_gradient(const TaskBatch<T, B>& batch, Generator& gen,
+                     MetaStepResult* stats = nullptr) const {
+    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
+    if (stats) *stats = MetaStepResult::read(statistics);
+    if constexpr (O::part_count == 1)
+      return std::move(gradients[0]);
+    else
+      return std::move(gradients);
+  }
+
+  // Why a recorded meta-step could not be replayed as it is; empty when it can.
+  std::string replay_obstacle() const {
+    if (auto obstacle = recording_obstacle(*pool_, settings().task_chunks); !obstacle.empty())
+      return obstacle;
+    return objective_.replay_obstacle(steps_reader());
+  }
+
+  // n adapted models per task, [tasks, n, P] (Algorithm 2 for PLATIPUS).
+  Tensor<T, B> sample(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t n,
+                      Generator& gen) const {
+    return objective_.sample(parts_, support_x, support_y, n, gen);
+  }
+
+  // Parameters adapted to each task's support set, [tasks, P], for an
+  // objective with one deterministic adaptation (MAML).
+  Tensor<T, B> adapt_to(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y,
+                        Generator& gen) const requires requires(const O& o, const Parts& p) {
+    o.adapt_to(p, support_x, support_y, gen);
+  }
+  { return objective_.adapt_to(parts_, support_x, support_y, gen); }
+
+  // Mean post-adaptation query loss of a batch (an evaluation, no update).
+  double evaluate(const TaskBatch<T, B>& batch, Generator& gen) const requires
+      requires(const O& o, const Parts& p) {
+    o.evaluate(p, batch, gen);
+  }
+  { return objective_.evaluate(parts_, batch, gen); }
+
+  // Predictions of parameters [P], [T, P] or [T, S, P] on x (meta/predict.hpp).
+  Tensor<T, B> predict(const Tensor<T, B>& params, const Tensor<T, B>& x) const {
+    return platipus::predict(objective_.model(), params, x);
+  }
+
+  // The meta-parameters by name, for checkpoints (part_names order).
+  std::vector<std::pair<std::string, const Tensor<T, B>*>> state() const {
+    std::vector<std::pair<std::string, const Tensor<T, B>*>> out;
+    for (std::size_t i = 0; i < parts_.size(); ++i)
+      out.emplace_back(std::string(O::part_names[i]), &parts_[i]);
+    return out;
+  }
+  void set_state(const std::string& name, Tensor<T, B> value) {
+    for (std::size_t i = 0; i < parts_.size(); ++i)
+      if (name == O::part_names[i]) return set_part(static_cast<Part>(i), std::move(value));
+    fail(fmt::format("{}::set_state", O::name), "unknown meta-parameter '{}'", name);
+  }
+
+  const Tensor<T, B>& part(Part p) const { return parts_[static_cast<std::size_t>(p)]; }
+  void set_part(Part p, Tensor<T, B> value) {
+    auto& current = parts_[static_cast<std::size_t>(p)];
+    check(value.shape() == current.shape(), fmt::format("{}::set_part", O::name),
+          "{} must be {}, got {}", O::part_names[static_cast<std::size_t>(p)], current.shape(),
+          value.shape());
+    current = std::move(value);
+  }
+  // The one part of a single-part objective (MAML's theta).
+  const Tensor<T, B>& parameters() const requires(O::part_count == 1) { return parts_[0]; }
+  void set_parameters(Tensor<T, B> value) requires(O::part_count == 1) {
+    set_part(static_cast<Part>(0), std::move(value));
+  }
+
+  const O& objective() const { return objective_; }
+  const auto& model() const { return objective_.model(); }
+  const auto& loss() const { return objective_.loss(); }
+  const Settings& settings() const { return objective_.settings(); }
+  // Meta-steps taken (kept by the optimiser in backend memory: on CUDA,
+  // reading it waits for the device).
+  int steps() const { return optimizer_.steps(); }
+  // The KL weight of the next meta-step (0 for objectives without a KL term).
+  double current_kl_weight() const { return objective_.kl_weight(steps_reader()); }
+
+ private:
+  std::function<int()> steps_reader() const {
+    return [this] {
+      return steps();
+    };
+  }
+
+  // Chunks of tasks run in parallel on the pool, each on its own tape.
+  typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& batch,
+                                                             Generator& gen) const {
+    static const std::string who = fmt::format("{}::meta_gradient", O::name);
+    batch.validate(who);
+    const auto ranges = chunks_of(batch.tasks(), settings().task_chunks, *pool_);
+    std::array<Shape, O::part_count> shapes;
+    for (std::size_t i = 0; i < shapes.size(); ++i) shapes[i] = parts_[i].shape();
+    ChunkResults<T, B> results(ranges.size(), shapes);
+    const TaskNoise noise(gen);
+    const std::int64_t tasks = batch.tasks();
+    const double kl_weight = current_kl_weight();
+    if (ranges.size() > 1) B::synchronize();  // the workers' streams read this thread's work
+    pool_->run(static_cast<int>(ranges.size()), [&](int c) {
+      const auto chunk = slice_tasks(batch, ranges[c]);
+      Tape<T, B> tape;
+      std::array<Var<T, B>, O::part_count> v;
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = tape.variable(parts_[i]);
+      TaskNoise chunk_noise = noise.from_task(ranges[c].start);
+      const auto terms =
+          objective_.chunk_terms(std::span<const Var<T, B>>(v), chunk, chunk_noise, kl_weight);
+      // The mean over all the batch's tasks, not the chunk's.
+      const auto grads =
+          grad(terms.objective / static_cast<double>(tasks), std::span<const Var<T, B>>(v));
+      results.store(c, grads, step_statistics(terms.query, terms.support, terms.kl, tasks));
+    });
+    return results.sum();
+  }
+
+  O objective_;
+  Parts parts_;
+  optim::Adam<T, B> optimizer_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace platipus
