@@ -32,12 +32,12 @@ nn::Sequential paper_network() {
 
 void cuda_maml_sinusoid(benchmark::State& state) {
   Generator gen(1);
-  Maml<nn::Sequential, MseLoss, float, cuda> maml(small_network(), MseLoss{},
-                                                  {.inner_steps = 5,
-                                                   .inner_learning_rate = 0.01,
-                                                   .first_order = state.range(0) == 1,
-                                                   .threads = static_cast<int>(state.range(1))},
-                                                  gen);
+  Maml<nn::Sequential, MseLoss, float, cuda> maml(
+      small_network(), MseLoss{},
+      {.inner_loop = {.steps = 5, .learning_rate = 0.01},
+       .first_order = state.range(0) == 1,
+       .threads = static_cast<int>(state.range(1))},
+      gen);
   const auto batch = sinusoid_batch(gen);
   for (auto _ : state) {
     benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
@@ -56,7 +56,8 @@ void cuda_platipus_sinusoid(benchmark::State& state) {
   Generator gen(2);
   Platipus<nn::Sequential, MseLoss, float, cuda> model(
       Network(), MseLoss{},
-      {.inner_steps = 5, .inner_learning_rate = 0.01, .threads = static_cast<int>(state.range(0))},
+      {.inner_loop = {.steps = 5, .learning_rate = 0.01},
+       .threads = static_cast<int>(state.range(0))},
       gen);
   const auto batch = sinusoid_batch(gen);
   for (auto _ : state) {
@@ -95,12 +96,12 @@ void replay(benchmark::State& state, Learner& learner, Generator& gen) {
 
 void cuda_maml_sinusoid_graph(benchmark::State& state) {
   Generator gen(1);
-  Maml<nn::Sequential, MseLoss, float, cuda> maml(small_network(), MseLoss{},
-                                                  {.inner_steps = 5,
-                                                   .inner_learning_rate = 0.01,
-                                                   .first_order = state.range(0) == 1,
-                                                   .threads = 1},
-                                                  gen);
+  Maml<nn::Sequential, MseLoss, float, cuda> maml(
+      small_network(), MseLoss{},
+      {.inner_loop = {.steps = 5, .learning_rate = 0.01},
+       .first_order = state.range(0) == 1,
+       .threads = 1},
+      gen);
   replay(state, maml, gen);
   state.SetLabel(state.range(0) ? "first order" : "second order");
 }
@@ -115,7 +116,7 @@ template <nn::Sequential (*Network)()>
 void cuda_platipus_sinusoid_graph(benchmark::State& state) {
   Generator gen(2);
   Platipus<nn::Sequential, MseLoss, float, cuda> model(
-      Network(), MseLoss{}, {.inner_steps = 5, .inner_learning_rate = 0.01, .threads = 1}, gen);
+      Network(), MseLoss{}, {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1}, gen);
   replay(state, model, gen);
 }
 BENCHMARK(cuda_platipus_sinusoid_graph<small_network>)

@@ -26,7 +26,7 @@ void maml_sinusoid(benchmark::State& state) {
   Generator gen(1);
   Maml<nn::Sequential, MseLoss> maml(
       small_network(), MseLoss{},
-      {.inner_steps = 5, .inner_learning_rate = 0.01, .first_order = state.range(0) == 1}, gen);
+      {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .first_order = state.range(0) == 1}, gen);
   const auto batch = sampler().sample(tasks, gen);
   for (auto _ : state) benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
   state.SetLabel(state.range(0) ? "first order" : "second order");
@@ -37,7 +37,7 @@ template <nn::Sequential (*Network)()>
 void platipus_sinusoid(benchmark::State& state) {
   Generator gen(2);
   Platipus<nn::Sequential, MseLoss> model(Network(), MseLoss{},
-                                          {.inner_steps = 5, .inner_learning_rate = 0.01}, gen);
+                                          {.inner_loop = {.steps = 5, .learning_rate = 0.01}}, gen);
   const auto batch = sampler().sample(tasks, gen);
   for (auto _ : state) benchmark::DoNotOptimize(model.meta_train_step(batch, gen));
 }

@@ -26,8 +26,8 @@ struct Options : TrainingOptions {
   long query = 20;  // training query points per task
 
   Options() {
-    inner_rate = 1e-2;  // paper: alpha = 0.01 for classification
-    kl_weight = 0.01;   // paper: 0.01 for 2-D classification
+    inner_loop.learning_rate = 1e-2;  // paper: alpha = 0.01 for classification
+    kl_weight = 0.01;                 // paper: 0.01 for 2-D classification
     gamma = 1e-2;
     // The query likelihood averaged over the 20 points, the scale on which
     // the paper's KL weight of 0.01 was chosen for these runs
@@ -35,7 +35,7 @@ struct Options : TrainingOptions {
     query_reduction = Reduction::mean;
     // MAML + noise: over 5 inner steps of 0.01, noise of std 1.5 moves the
     // weights by about sqrt(5) * 0.015 = 0.03, PLATIPUS's initial prior std.
-    gradient_noise = 1.5;
+    inner_loop.gradient_noise = 1.5;
   }
 
   nlohmann::json json() const {

@@ -203,14 +203,14 @@ inline const CLI::Validator output_directory(
 struct TrainingOptions {
   long steps = 20000;    // meta-training steps of each learner
   long meta_batch = 25;  // tasks per meta-step
-  int inner_steps = 5;   // the paper's 5
-  double inner_rate = 0, kl_weight = 0;
-  double gradient_noise = 0;           // MAML + noise: std of the inner gradient's noise
-  double inner_max_gradient_norm = 0;  // clip each task's inner gradient to this norm; 0: none
-  long kl_anneal_steps = 0;            // the appendix anneals towards the KL weight; 0: constant
+  // The paper's 5 steps; gradient_noise is MAML + noise's alone (MAML and
+  // PLATIPUS adapt without it).
+  platipus::InnerLoop inner_loop{.steps = 5, .learning_rate = 0};
+  double kl_weight = 0;
+  long kl_anneal_steps = 0;  // the appendix anneals towards the KL weight; 0: constant
   // PLATIPUS's query likelihood: summed over the points (the ELBO) or averaged.
   platipus::Reduction query_reduction = platipus::Reduction::sum;
-  double meta_rate = 1e-3;
+  double meta_learning_rate = 1e-3;
   double prior_variance = 0.001, posterior_variance = 0.001, gamma = 0;
   int threads = 0;
   int task_chunks = 0;  // 0: one chunk of tasks per thread; N: a fixed cut, bit-reproducible
@@ -224,16 +224,17 @@ struct TrainingOptions {
         ->check(CLI::Range(1L, 100'000'000L));
     app.add_option("--meta-batch", meta_batch, "tasks per meta-step")
         ->check(CLI::Range(1L, 10'000L));
-    app.add_option("--inner-steps", inner_steps, "SGD steps of the inner loop")
+    app.add_option("--inner-steps", inner_loop.steps, "SGD steps of the inner loop")
         ->check(CLI::Range(0, 1'000));
-    app.add_option("--inner-rate", inner_rate, "alpha, the inner-loop step size")
+    app.add_option("--inner-learning-rate", inner_loop.learning_rate,
+                   "alpha, the inner loop's step size")
         ->check(CLI::Range(1e-12, 1e3));
     app.add_option("--kl-weight", kl_weight, "beta, PLATIPUS's KL weight")
         ->check(CLI::Range(0.0, 1e6));
-    app.add_option("--gradient-noise", gradient_noise,
+    app.add_option("--inner-gradient-noise", inner_loop.gradient_noise,
                    "MAML + noise: std of the Gaussian noise added to each inner gradient")
         ->check(CLI::Range(1e-12, 1e9));
-    app.add_option("--inner-max-gradient-norm", inner_max_gradient_norm,
+    app.add_option("--inner-max-gradient-norm", inner_loop.max_gradient_norm,
                    "clip each task's inner-loop gradient to this Euclidean norm (0: no clip)")
         ->check(CLI::Range(0.0, 1e12));
     app.add_option("--kl-anneal-steps", kl_anneal_steps,
@@ -243,7 +244,8 @@ struct TrainingOptions {
                    "PLATIPUS's query likelihood over a task's points: sum (the ELBO) or mean")
         ->transform(CLI::CheckedTransformer(std::map<std::string, platipus::Reduction>{
             {"sum", platipus::Reduction::sum}, {"mean", platipus::Reduction::mean}}));
-    app.add_option("--meta-rate", meta_rate, "Adam's learning rate on the meta-parameters")
+    app.add_option("--meta-learning-rate", meta_learning_rate,
+                   "Adam's learning rate on the meta-parameters")
         ->check(CLI::Range(1e-12, 1e3));
     app.add_option("--prior-variance", prior_variance, "initial sigma2_theta")
         ->check(CLI::Range(1e-12, 1e3));
@@ -267,14 +269,15 @@ struct TrainingOptions {
   nlohmann::json json() const {
     return {{"steps", steps},
             {"meta_batch", meta_batch},
-            {"inner_steps", inner_steps},
-            {"inner_rate", inner_rate},
+            {"inner_loop",
+             {{"steps", inner_loop.steps},
+              {"learning_rate", inner_loop.learning_rate},
+              {"gradient_noise", inner_loop.gradient_noise},
+              {"max_gradient_norm", inner_loop.max_gradient_norm}}},
             {"kl_weight", kl_weight},
-            {"gradient_noise", gradient_noise},
-            {"inner_max_gradient_norm", inner_max_gradient_norm},
             {"kl_anneal_steps", kl_anneal_steps},
             {"query_reduction", query_reduction == platipus::Reduction::sum ? "sum" : "mean"},
-            {"meta_rate", meta_rate},
+            {"meta_learning_rate", meta_learning_rate},
             {"prior_variance", prior_variance},
             {"posterior_variance", posterior_variance},
             {"gamma", gamma},
@@ -282,19 +285,15 @@ struct TrainingOptions {
             {"seed", seed}};
   }
 
-  platipus::MamlSettings maml(double noise = 0) const {
-    return {.inner_steps = inner_steps,
-            .inner_learning_rate = inner_rate,
-            .inner_gradient_noise = noise,
-            .inner_max_gradient_norm = inner_max_gradient_norm,
-            .meta_optimizer = {.learning_rate = meta_rate},
+  // MAML, or with `noisy` MAML + noise.
+  platipus::MamlSettings maml(bool noisy = false) const {
+    return {.inner_loop = inner_loop_with_noise(noisy ? inner_loop.gradient_noise : 0),
+            .meta_optimizer = {.learning_rate = meta_learning_rate},
             .threads = threads,
             .task_chunks = task_chunks};
   }
   platipus::PlatipusSettings platipus() const {
-    return {.inner_steps = inner_steps,
-            .inner_learning_rate = inner_rate,
-            .inner_max_gradient_norm = inner_max_gradient_norm,
+    return {.inner_loop = inner_loop_with_noise(0),
             .kl_weight = kl_weight,
             .query_reduction = query_reduction,
             .kl_anneal_steps = static_cast<int>(kl_anneal_steps),
@@ -302,9 +301,16 @@ struct TrainingOptions {
             .initial_posterior_variance = posterior_variance,
             .initial_gamma_p = gamma,
             .initial_gamma_q = gamma,
-            .meta_optimizer = {.learning_rate = meta_rate},
+            .meta_optimizer = {.learning_rate = meta_learning_rate},
             .threads = threads,
             .task_chunks = task_chunks};
+  }
+
+ private:
+  platipus::InnerLoop inner_loop_with_noise(double noise) const {
+    auto loop = inner_loop;
+    loop.gradient_noise = noise;
+    return loop;
   }
 };
 
@@ -319,7 +325,7 @@ struct Learners {
                        const TrainingOptions& o) {
     platipus::Generator maml_init(o.seed), noise_init(o.seed), platipus_init(o.seed);
     return {MamlLearner(network, loss, o.maml(), maml_init),
-            MamlLearner(network, loss, o.maml(o.gradient_noise), noise_init),
+            MamlLearner(network, loss, o.maml(true), noise_init),
             PlatipusLearner(network, loss, o.platipus(), platipus_init), nlohmann::json()};
   }
 
@@ -387,7 +393,7 @@ void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptio
       // Adam: stop rather than train on NaN and save it.
       platipus::check(std::isfinite(result.query_loss) && std::isfinite(result.kl), name,
                       "meta-training diverged at step {} (query loss {}, KL {}); try a smaller "
-                      "--meta-rate or --inner-rate",
+                      "--meta-learning-rate or --inner-learning-rate",
                       step, result.query_loss, result.kl);
       recent += result.query_loss / static_cast<double>(every);
       if (step % every == 0 || step == o.steps) {
@@ -427,12 +433,13 @@ inline std::uint64_t available_memory() {
 // machine's memory with it (--inner-steps 100000 grew to 22 GB).
 inline void check_memory(const TrainingOptions& o, std::int64_t parameters) {
   const double bytes = static_cast<double>(o.meta_batch) * static_cast<double>(parameters) *
-                       sizeof(float) * (o.inner_steps + 1.0);
+                       sizeof(float) * (o.inner_loop.steps + 1.0);
   const auto available = available_memory();
   platipus::check(o.force || available == 0 || bytes <= static_cast<double>(available), "memory",
                   "a meta-step of {} tasks and {} inner steps needs at least {:.1f} GB, and {:.1f} "
                   "GB are available; use a smaller --meta-batch or --inner-steps, or --force",
-                  o.meta_batch, o.inner_steps, bytes / 1e9, static_cast<double>(available) / 1e9);
+                  o.meta_batch, o.inner_loop.steps, bytes / 1e9,
+                  static_cast<double>(available) / 1e9);
 }
 
 // Trains and saves the checkpoint (DIR/checkpoint.safetensors unless `checkpoint`

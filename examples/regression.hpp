@@ -20,12 +20,12 @@ struct RegressionOptions : TrainingOptions {
     // error (MAML's reference code reduces so); on the mean Gaussian NLL
     // (y - f)^2 / (2 0.3^2) + c that the learners adapt with it is
     // 0.001 * 2 * 0.3^2 = 1.8e-4: the same steps.
-    inner_rate = 1.8e-4;
+    inner_loop.learning_rate = 1.8e-4;
     gamma = 1.8e-4;   // gamma_p and gamma_q start as alpha
     kl_weight = 1.5;  // paper: 1.5 for 1-D regression, against the summed query NLL
     // MAML + noise: over 5 inner steps of 1.8e-4, noise of std 80 moves the
     // weights by about sqrt(5) * 0.0144 = 0.03, PLATIPUS's initial prior std.
-    gradient_noise = 80;
+    inner_loop.gradient_noise = 80;
   }
 
   void add_flags(CLI::App& app) {

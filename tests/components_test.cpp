@@ -1038,7 +1038,7 @@ TEST_CASE("a MAML checkpoint restores exactly the same meta-parameters and metad
   TemporaryDirectory dir;
   const auto path = dir / "maml.ckpt";
   Generator init(51), data_gen(52);
-  FloatMaml maml(tiny(), MseLoss{}, {.inner_steps = 1, .threads = 1}, init);
+  FloatMaml maml(tiny(), MseLoss{}, {.inner_loop = {.steps = 1}, .threads = 1}, init);
   maml.meta_train_step(data::SinusoidLineSampler<float>().sample(2, data_gen), data_gen);
   const nlohmann::json metadata{
       {"step", 1}, {"experiment", "sinusoid"}, {"settings", {{"alpha", 0.01}}}};
@@ -1058,7 +1058,7 @@ TEST_CASE("a PLATIPUS checkpoint restores all five meta-parameters exactly",
   TemporaryDirectory dir;
   const auto path = dir / "platipus.ckpt";
   Generator init(54), data_gen(55);
-  FloatPlatipus model(tiny(), MseLoss{}, {.inner_steps = 1, .threads = 1}, init);
+  FloatPlatipus model(tiny(), MseLoss{}, {.inner_loop = {.steps = 1}, .threads = 1}, init);
   model.meta_train_step(data::SinusoidLineSampler<float>().sample(2, data_gen), data_gen);
   io::save(path, model, {{"steps", model.steps()}});
 
@@ -1326,7 +1326,7 @@ TEST_CASE("an independent Python reader reads a checkpoint's tensors and metadat
   TemporaryDirectory dir;
   const auto path = dir / "platipus.safetensors";
   Generator init(65), data_gen(66);
-  FloatPlatipus model(tiny(), MseLoss{}, {.inner_steps = 1, .threads = 1}, init);
+  FloatPlatipus model(tiny(), MseLoss{}, {.inner_loop = {.steps = 1}, .threads = 1}, init);
   model.meta_train_step(data::SinusoidLineSampler<float>().sample(2, data_gen), data_gen);
   const nlohmann::json metadata{{"steps", 1}, {"note", "read by Python"}};
   io::save(path, model, metadata);
@@ -1691,7 +1691,7 @@ TEST_CASE("MAML's meta-gradient is the same with one thread and with two",
   for (const int threads : {1, 2}) {
     Generator init(64), gen(65);
     const Maml<nn::Sequential, MseLoss> maml(
-        model, MseLoss{}, {.inner_steps = 3, .inner_learning_rate = 0.05, .threads = threads},
+        model, MseLoss{}, {.inner_loop = {.steps = 3, .learning_rate = 0.05}, .threads = threads},
         init);
     MetaStepResult result;
     gradients.push_back(maml.meta_gradient(batch, gen, &result).to_vector());

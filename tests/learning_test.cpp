@@ -73,13 +73,13 @@ TEST_CASE(
     "second-order MAML learns sinusoids: adaptation beats no adaptation and joint pre-training",
     "[maml][learning]") {
   const Sampler sampler({.support = 10, .query = 10, .sinusoid_fraction = 1.0});
-  const MamlSettings settings{.inner_steps = 5, .inner_learning_rate = 0.01, .threads = 2};
+  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 2};
   Generator init(1), data(2);
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, settings, init);
   // Joint pre-training is MAML with no inner steps: the mean loss over tasks at theta.
   Generator init_joint(1);
-  Maml<nn::Sequential, MseLoss> joint(small_network(), MseLoss{}, {.inner_steps = 0, .threads = 2},
-                                      init_joint);
+  Maml<nn::Sequential, MseLoss> joint(small_network(), MseLoss{},
+                                      {.inner_loop = {.steps = 0}, .threads = 2}, init_joint);
   for (int step = 0; step < 1500; ++step) {
     const auto batch = sampler.sample(25, data);
     maml.meta_train_step(batch, data);
@@ -114,11 +114,12 @@ TEST_CASE("the MAML class's meta-gradient matches finite differences and differs
   Generator init(3), gen(4);
   const auto batch = sampler.sample(4, gen);
   Maml<nn::Sequential, MseLoss, double> second(
-      model, MseLoss{}, {.inner_steps = 3, .inner_learning_rate = 0.05, .threads = 2}, init);
+      model, MseLoss{}, {.inner_loop = {.steps = 3, .learning_rate = 0.05}, .threads = 2}, init);
   Generator init2(3);
   Maml<nn::Sequential, MseLoss, double> first(
       model, MseLoss{},
-      {.inner_steps = 3, .inner_learning_rate = 0.05, .first_order = true, .threads = 2}, init2);
+      {.inner_loop = {.steps = 3, .learning_rate = 0.05}, .first_order = true, .threads = 2},
+      init2);
   const auto g = second.meta_gradient(batch, gen).to_vector();
   const auto g_first = first.meta_gradient(batch, gen).to_vector();
   const auto errors = directional_errors(second, batch, gen, {g, g_first});
@@ -192,7 +193,7 @@ TEST_CASE("PLATIPUS samples differ, and their spread shrinks as support points a
   Generator init(7), data(8);
   PlatipusModel model(
       small_network(), MseLoss{},
-      {.inner_steps = 5, .inner_learning_rate = 0.01, .kl_weight = 1.5, .threads = 2}, init);
+      {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .kl_weight = 1.5, .threads = 2}, init);
   for (int step = 0; step < 1000; ++step) model.meta_train_step(train.sample(25, data), data);
 
   const Sampler test({.support = 10, .query = 50});
@@ -225,8 +226,8 @@ TEST_CASE(
   const auto batch = sampler.sample(3, gen);
   auto spread = [&](double noise) {
     Generator init(12);
-    Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{},
-                                       {.inner_gradient_noise = noise, .threads = 1}, init);
+    Maml<nn::Sequential, MseLoss> maml(
+        small_network(), MseLoss{}, {.inner_loop = {.gradient_noise = noise}, .threads = 1}, init);
     maml.meta_train_step(batch, gen);  // training runs with the noise too
     const auto samples = maml.sample(batch.support_x, batch.support_y, 4, gen).to_vector();
     const auto size = static_cast<std::size_t>(maml.model().layout().size());
@@ -361,15 +362,16 @@ TEST_CASE("PLATIPUS and MAML + noise draw the same noise with one thread and wit
   std::vector<MetaStepResult> platipus_results;
   for (const int threads : {1, 3}) {
     Generator init(72), gen(73);
-    const DoublePlatipus platipus(model, MseLoss{},
-                                  {.inner_learning_rate = 0.01, .threads = threads}, init);
+    const DoublePlatipus platipus(
+        model, MseLoss{}, {.inner_loop = {.learning_rate = 0.01}, .threads = threads}, init);
     MetaStepResult result;
     platipus_gradients.push_back(platipus.meta_gradient(batch, gen, &result));
     platipus_results.push_back(result);
     Generator maml_init(74), maml_gen(75);
     const DoubleMaml noisy(
         model, MseLoss{},
-        {.inner_learning_rate = 0.01, .inner_gradient_noise = 0.5, .threads = threads}, maml_init);
+        {.inner_loop = {.learning_rate = 0.01, .gradient_noise = 0.5}, .threads = threads},
+        maml_init);
     noise_gradients.emplace_back();
     noise_gradients.back().push_back(noisy.meta_gradient(batch, maml_gen));
   }
@@ -402,13 +404,13 @@ TEST_CASE("with a fixed task_chunks, 1, 2 and 3 threads train byte-identical che
     INFO("threads " << threads);
     Generator init(81), maml_gen(82), noise_gen(83), platipus_gen(84);
     Maml<nn::Sequential, MseLoss> maml(
-        model, MseLoss{}, {.inner_steps = 2, .threads = threads, .task_chunks = 4}, init);
+        model, MseLoss{}, {.inner_loop = {.steps = 2}, .threads = threads, .task_chunks = 4}, init);
     Maml<nn::Sequential, MseLoss> noisy(
         model, MseLoss{},
-        {.inner_steps = 2, .inner_gradient_noise = 0.5, .threads = threads, .task_chunks = 4},
+        {.inner_loop = {.steps = 2, .gradient_noise = 0.5}, .threads = threads, .task_chunks = 4},
         init);
-    PlatipusModel platipus(model, MseLoss{},
-                           {.inner_steps = 2, .threads = threads, .task_chunks = 4}, init);
+    PlatipusModel platipus(
+        model, MseLoss{}, {.inner_loop = {.steps = 2}, .threads = threads, .task_chunks = 4}, init);
     for (int step = 0; step < 300; ++step) {
       maml.meta_train_step(sampler.sample(7, maml_gen), maml_gen);
       noisy.meta_train_step(sampler.sample(7, noise_gen), noise_gen);
@@ -456,7 +458,11 @@ TEST_CASE("PLATIPUS and MAML refuse settings that make no sense, naming the sett
   CHECK_THROWS_WITH(make({.initial_gamma_q = -0.1}), Contains("gamma_q -0.1"));
   CHECK_THROWS_WITH(make({.kl_weight = -1}), Contains("kl_weight"));
   CHECK_THROWS_WITH(make({.mean_steps = 0}), Contains("mean_steps"));
-  CHECK_THROWS_WITH(make({.inner_max_gradient_norm = -1}), Contains("inner_max_gradient_norm"));
+  CHECK_THROWS_WITH(make({.inner_loop = {.max_gradient_norm = -1}}),
+                    Contains("inner_loop.max_gradient_norm"));
+  // Inner-gradient noise is MAML + noise's; PLATIPUS's randomness is its sampled theta.
+  CHECK_THROWS_WITH(make({.inner_loop = {.gradient_noise = 1}}),
+                    Contains("inner_loop.gradient_noise must be 0"));
   PlatipusModel model(small_network(), MseLoss{}, {.threads = 1}, init);
   const auto batch = Sampler({.support = 2, .query = 2}).sample(1, init);
   CHECK_THROWS_WITH(model.sample(batch.support_x, batch.support_y, 0, init),
@@ -465,10 +471,11 @@ TEST_CASE("PLATIPUS and MAML refuse settings that make no sense, naming the sett
   auto make_maml = [&](MamlSettings s) {
     MamlModel(small_network(), MseLoss{}, s, init);
   };
-  CHECK_THROWS_WITH(make_maml({.inner_gradient_noise = -1}), Contains("inner_gradient_noise"));
-  CHECK_THROWS_WITH(make_maml({.inner_steps = -1}), Contains("inner_steps"));
-  CHECK_THROWS_WITH(make_maml({.inner_max_gradient_norm = -0.5}),
-                    Contains("inner_max_gradient_norm"));
+  CHECK_THROWS_WITH(make_maml({.inner_loop = {.gradient_noise = -1}}),
+                    Contains("inner_loop.gradient_noise"));
+  CHECK_THROWS_WITH(make_maml({.inner_loop = {.steps = -1}}), Contains("inner_loop.steps"));
+  CHECK_THROWS_WITH(make_maml({.inner_loop = {.max_gradient_norm = -0.5}}),
+                    Contains("inner_loop.max_gradient_norm"));
 }
 
 TEST_CASE("a meta-gradient through clipped inner gradients matches central finite differences",
@@ -478,7 +485,7 @@ TEST_CASE("a meta-gradient through clipped inner gradients matches central finit
   const data::SinusoidLineSampler<double> sampler({.support = 5, .query = 5});
   Generator init(3), gen(4);
   const auto batch = sampler.sample(6, gen);
-  const MamlSettings unclipped{.inner_steps = 3, .inner_learning_rate = 0.02, .threads = 1};
+  const MamlSettings unclipped{.inner_loop = {.steps = 3, .learning_rate = 0.02}, .threads = 1};
   Maml<nn::Sequential, MseLoss, double> plain(model, MseLoss{}, unclipped, init);
   // The bound: the median of the tasks' first inner-gradient norms, so that
   // the clip binds for some tasks and not for others.
@@ -502,7 +509,7 @@ TEST_CASE("a meta-gradient through clipped inner gradients matches central finit
   INFO("task gradient norms from " << norms.front() << " to " << norms.back() << ", bound "
                                    << bound);
   MamlSettings clipped_settings = unclipped;
-  clipped_settings.inner_max_gradient_norm = bound;
+  clipped_settings.inner_loop.max_gradient_norm = bound;
   Generator init2(3);
   Maml<nn::Sequential, MseLoss, double> clipped(model, MseLoss{}, clipped_settings, init2);
   const auto g = clipped.meta_gradient(batch, gen).to_vector();
@@ -528,12 +535,11 @@ TEST_CASE("an inner step that diverges trains for 2,000 meta-steps once its grad
   const Sampler sampler({.support = 5, .query = 10});
   auto run = [&](double clip, long steps) {
     Generator init(1), gen(2);
-    Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{},
-                                       {.inner_steps = 5,
-                                        .inner_learning_rate = 0.05,
-                                        .inner_max_gradient_norm = clip,
-                                        .threads = 1},
-                                       init);
+    Maml<nn::Sequential, MseLoss> maml(
+        small_network(), MseLoss{},
+        {.inner_loop = {.steps = 5, .learning_rate = 0.05, .max_gradient_norm = clip},
+         .threads = 1},
+        init);
     std::vector<double> losses;
     for (long step = 0; step < steps; ++step) {
       losses.push_back(maml.meta_train_step(sampler.sample(10, gen), gen).query_loss);
@@ -560,8 +566,7 @@ TEST_CASE("PLATIPUS trains 2,000 meta-steps at meta learning rate 1e-2 without d
   const Sampler sampler({.support = 5, .query = 10});
   Generator init(1), data(1, 2);
   PlatipusModel model(small_network(), MseLoss{},
-                      {.inner_steps = 5,
-                       .inner_learning_rate = 0.01,
+                      {.inner_loop = {.steps = 5, .learning_rate = 0.01},
                        .kl_weight = 1.5,
                        .initial_prior_variance = 1e-3,
                        .initial_posterior_variance = 1e-3,
@@ -591,8 +596,7 @@ TEST_CASE("PLATIPUS's meta-gradient matches central finite differences of its ob
   const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
   for (const Reduction query_reduction : {Reduction::sum, Reduction::mean}) {
     Generator init(80);
-    const PlatipusSettings settings{.inner_steps = 2,
-                                    .inner_learning_rate = 0.02,
+    const PlatipusSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.02},
                                     .kl_weight = 0.7,
                                     .query_reduction = query_reduction,
                                     .initial_prior_variance = 0.05,

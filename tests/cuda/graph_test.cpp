@@ -32,7 +32,7 @@ TEST_CASE("a recorded fill draws fresh normal numbers on every replay", "[cuda][
 }
 
 TEST_CASE("replayed MAML meta-steps match eager meta-steps on the CPU backend", "[cuda][graph]") {
-  const MamlSettings settings{.inner_steps = 5, .inner_learning_rate = 0.01, .threads = 1};
+  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1};
   Generator host_init(1), device_init(1);
   Maml<nn::Sequential, MseLoss, double, cpu> host(small_network(), MseLoss{}, settings, host_init);
   Maml<nn::Sequential, MseLoss, double, cuda> device(small_network(), MseLoss{}, settings,
@@ -57,9 +57,11 @@ TEST_CASE("replayed PLATIPUS meta-steps draw fresh noise and are otherwise the e
           "[cuda][graph]") {
   Generator init(3), gen(4);
   SECTION("with the meta-parameters frozen, two replays on one batch differ only by the noise") {
-    Platipus<nn::Sequential, MseLoss, float, cuda> model(
-        small_network(), MseLoss{},
-        {.inner_learning_rate = 0.01, .meta_optimizer = {.learning_rate = 0}, .threads = 1}, init);
+    Platipus<nn::Sequential, MseLoss, float, cuda> model(small_network(), MseLoss{},
+                                                         {.inner_loop = {.learning_rate = 0.01},
+                                                          .meta_optimizer = {.learning_rate = 0},
+                                                          .threads = 1},
+                                                         init);
     const auto batch = sinusoid_batch<float, cuda>(5);
     GraphedMetaStep step(model, batch, gen);
     const auto before = model.part(decltype(model)::mu_theta).to_vector();
@@ -77,7 +79,7 @@ TEST_CASE("replayed PLATIPUS meta-steps draw fresh noise and are otherwise the e
     // v_q = 1e-24 scales the noise to 1e-12: what remains is the deterministic
     // rest of Algorithm 1, the KL term and Adam on all five parts.
     const PlatipusSettings settings{
-        .inner_learning_rate = 0.01, .initial_posterior_variance = 1e-24, .threads = 1};
+        .inner_loop = {.learning_rate = 0.01}, .initial_posterior_variance = 1e-24, .threads = 1};
     Generator host_init(3), host_gen(4);
     Platipus<nn::Sequential, MseLoss, double, cpu> host(small_network(), MseLoss{}, settings,
                                                         host_init);

@@ -24,7 +24,7 @@ using SinusoidPlatipus = Platipus<nn::Sequential, MseLoss, T, B>;
 TEMPLATE_TEST_CASE("a second-order MAML meta-gradient matches the CPU backend", "[cuda][maml]",
                    float, double) {
   using T = TestType;
-  const MamlSettings settings{.inner_steps = 5, .inner_learning_rate = 0.01, .threads = 1};
+  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1};
   Generator host_init(1), device_init(1);
   const SinusoidMaml<T, cpu> host(small_network(), MseLoss{}, settings, host_init);
   const SinusoidMaml<T, cuda> device(small_network(), MseLoss{}, settings, device_init);
@@ -41,7 +41,7 @@ TEMPLATE_TEST_CASE("a second-order MAML meta-gradient matches the CPU backend", 
 
 TEST_CASE("MAML meta-training steps, adaptation and evaluation track the CPU backend",
           "[cuda][maml]") {
-  const MamlSettings settings{.inner_steps = 5, .inner_learning_rate = 0.01, .threads = 1};
+  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1};
   Generator host_init(1), device_init(1);
   SinusoidMaml<double, cpu> host(small_network(), MseLoss{}, settings, host_init);
   SinusoidMaml<double, cuda> device(small_network(), MseLoss{}, settings, device_init);
@@ -63,7 +63,7 @@ TEST_CASE("MAML meta-training steps, adaptation and evaluation track the CPU bac
 TEMPLATE_TEST_CASE("a PLATIPUS meta-gradient matches the CPU backend, sampled noise included",
                    "[cuda][platipus]", float, double) {
   using T = TestType;
-  const PlatipusSettings settings{.inner_steps = 5, .inner_learning_rate = 0.01, .threads = 1};
+  const PlatipusSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1};
   Generator host_init(5), device_init(5);
   const SinusoidPlatipus<T, cpu> host(small_network(), MseLoss{}, settings, host_init);
   const SinusoidPlatipus<T, cuda> device(small_network(), MseLoss{}, settings, device_init);
@@ -80,7 +80,7 @@ TEMPLATE_TEST_CASE("a PLATIPUS meta-gradient matches the CPU backend, sampled no
 }
 
 TEST_CASE("PLATIPUS samples from the prior match the CPU backend", "[cuda][platipus]") {
-  const PlatipusSettings settings{.inner_steps = 3, .inner_learning_rate = 0.01, .threads = 1};
+  const PlatipusSettings settings{.inner_loop = {.steps = 3, .learning_rate = 0.01}, .threads = 1};
   Generator host_init(8), device_init(8);
   const SinusoidPlatipus<double, cpu> host(small_network(), MseLoss{}, settings, host_init);
   const SinusoidPlatipus<double, cuda> device(small_network(), MseLoss{}, settings, device_init);

@@ -3,6 +3,8 @@
 // pieces, each with a leading task axis, and one fused op updates them all.
 #pragma once
 
+#include <cmath>
+#include <string_view>
 #include <vector>
 
 #include "platipus/meta/concepts.hpp"
@@ -13,14 +15,29 @@ namespace platipus {
 template <class T, class B>
 using Pieces = std::vector<Var<T, B>>;
 
+// The inner loop's settings, held as they are by MamlSettings and
+// PlatipusSettings (`inner_loop`) and set by the examples' --inner-* flags:
+// one name per setting from the flag to the op.
 struct InnerLoop {
   int steps = 5;
-  double learning_rate = 0.01;
-  bool create_graph = true;   // differentiate through the steps (second order)
-  double gradient_noise = 0;  // std of Gaussian noise added to each gradient ("MAML + noise")
+  double learning_rate = 0.01;  // alpha
+  double gradient_noise = 0;    // std of Gaussian noise added to each gradient ("MAML + noise")
   // When > 0, each task's support-loss gradient (all pieces together) is
   // scaled down to this Euclidean norm before a step (clip_task_norms).
   double max_gradient_norm = 0;
+
+  // Throws platipus::error naming the setting that makes no sense.
+  void validate(std::string_view who) const {
+    check(steps >= 0, who, "inner_loop.steps must be non-negative, got {}", steps);
+    check(std::isfinite(learning_rate), who, "inner_loop.learning_rate must be finite, got {}",
+          learning_rate);
+    check(gradient_noise >= 0, who,
+          "inner_loop.gradient_noise is a standard deviation and must be non-negative, got {}",
+          gradient_noise);
+    check(max_gradient_norm >= 0, who,
+          "inner_loop.max_gradient_norm must be non-negative (0: no clip), got {}",
+          max_gradient_norm);
+  }
 };
 
 // The pieces of a flat vector [P] (views, no copy), each expanded to a task
@@ -93,17 +110,18 @@ struct Adapted {
   Var<T, B> initial_loss;  // the summed support loss at the start (undefined when steps == 0)
 };
 
-// phi_{k+1} = phi_k - alpha * (clip(grad L(phi_k, D_train)) + noise), from phi_0 = params.
+// phi_{k+1} = phi_k - alpha * (clip(grad L(phi_k, D_train)) + noise), from
+// phi_0 = params; with create_graph the steps are differentiable (second order).
 template <class M, class L, class T, class B>
 Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T, B>& x,
-                    const Var<T, B>& y, const InnerLoop& loop, TaskNoise* noise = nullptr) {
-  check(loop.steps >= 0, "adapt", "inner_steps must be >= 0, got {}", loop.steps);
+                    const Var<T, B>& y, const InnerLoop& loop, bool create_graph,
+                    TaskNoise* noise = nullptr) {
+  loop.validate("adapt");
   Var<T, B> initial_loss;
   for (int step = 0; step < loop.steps; ++step) {
     const Var<T, B> support_loss = task_loss(model, loss, phi, x, y);
     if (step == 0) initial_loss = support_loss;
-    auto g =
-        grad(support_loss, std::span<const Var<T, B>>(phi), {.create_graph = loop.create_graph});
+    auto g = grad(support_loss, std::span<const Var<T, B>>(phi), {.create_graph = create_graph});
     if (loop.max_gradient_norm > 0) g = clip_task_norms(g, loop.max_gradient_norm);
     if (loop.gradient_noise > 0) {
       check(noise != nullptr, "adapt", "gradient noise needs a generator");

@@ -7,7 +7,7 @@
 //
 // All tasks of a meta-batch run as one computation: theta is expanded to
 // [tasks, P] and every layer is a batched op over the task axis. With
-// inner_gradient_noise > 0 the inner gradient gets N(0, s^2) noise during
+// inner_loop.gradient_noise > 0 the inner gradient gets N(0, s^2) noise during
 // meta-training and adaptation: the "MAML + noise" baseline of the PLATIPUS
 // paper, whose `sample` then returns distinct models.
 #pragma once
@@ -24,13 +24,9 @@
 namespace platipus {
 
 struct MamlSettings {
-  int inner_steps = 5;
-  double inner_learning_rate = 0.01;  // alpha
-  bool first_order = false;           // drop the second-order terms (FOMAML)
-  double inner_gradient_noise = 0;    // "MAML + noise" when > 0
-  // When > 0, each task's inner gradient is clipped to this norm
-  // (InnerLoop::max_gradient_norm, clip_task_norms); 0: no clip.
-  double inner_max_gradient_norm = 0;
+  // K steps of alpha; gradient_noise > 0 gives "MAML + noise".
+  InnerLoop inner_loop{};
+  bool first_order = false;  // drop the second-order terms (FOMAML)
   optim::AdamSettings meta_optimizer{};
   int threads = 0;  // threads over the tasks of a meta-batch; 0: B::default_threads()
   // Chunks a meta-batch is cut into (meta/task_parallel.hpp, chunks_of): 0,
@@ -59,14 +55,7 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
 
   MamlObjective(M model, L loss, MamlSettings settings)
       : Base(std::move(model), std::move(loss), settings) {
-    check(settings.inner_steps >= 0, name, "inner_steps must be non-negative, got {}",
-          settings.inner_steps);
-    check(settings.inner_gradient_noise >= 0, name,
-          "inner_gradient_noise is a standard deviation and must be non-negative, got {}",
-          settings.inner_gradient_noise);
-    check(settings.inner_max_gradient_norm >= 0, name,
-          "inner_max_gradient_norm must be non-negative (0: no clip), got {}",
-          settings.inner_max_gradient_norm);
+    settings.inner_loop.validate(name);
   }
 
   Parts initialize(Generator& init) const { return {model_.template initialize<T, B>(init)}; }
@@ -78,8 +67,8 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
     Tape<T, B>& tape = parts[theta].tape();
     const auto adapted =
         adapt(model_, loss_, per_task(parts[theta], model_.layout(), chunk.tasks()),
-              tape.constant(chunk.support_x), tape.constant(chunk.support_y),
-              inner_loop(!settings_.first_order), &noise);
+              tape.constant(chunk.support_x), tape.constant(chunk.support_y), settings_.inner_loop,
+              !settings_.first_order, &noise);
     const auto query = sum(loss_(forward(adapted.params, tape.constant(chunk.query_x)),
                                  tape.constant(chunk.query_y), 1));
     return {.objective = query, .query = query, .support = adapted.initial_loss, .kl = {}};
@@ -96,9 +85,9 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
     Tape<T, B> tape;
     const auto theta_var = tape.variable(parts[theta]);
     TaskNoise noise(gen);
-    const auto adapted =
-        adapt(model_, loss_, per_task(theta_var, model_.layout(), support_x.dim(0)),
-              tape.constant(support_x), tape.constant(support_y), inner_loop(false), &noise);
+    const auto adapted = adapt(
+        model_, loss_, per_task(theta_var, model_.layout(), support_x.dim(0)),
+        tape.constant(support_x), tape.constant(support_y), settings_.inner_loop, false, &noise);
     return flat_values(adapted.params, model_.layout());
   }
 
@@ -126,11 +115,6 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
  private:
   Var<T, B> forward(const Pieces<T, B>& params, const Var<T, B>& x) const {
     return model_.forward(std::span<const Var<T, B>>(params), x);
-  }
-
-  InnerLoop inner_loop(bool create_graph) const {
-    return {settings_.inner_steps, settings_.inner_learning_rate, create_graph,
-            settings_.inner_gradient_noise, settings_.inner_max_gradient_norm};
   }
 };
 

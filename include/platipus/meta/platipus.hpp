@@ -40,12 +40,10 @@
 namespace platipus {
 
 struct PlatipusSettings {
-  int inner_steps = 5;
-  double inner_learning_rate = 1e-3;  // alpha (paper: 1e-3 regression, 1e-2 classification)
-  int mean_steps = 1;                 // gradient steps for the prior and posterior means (paper: 1)
-  // When > 0, each task's inner gradient is clipped to this norm
-  // (InnerLoop::max_gradient_norm, clip_task_norms); 0: no clip.
-  double inner_max_gradient_norm = 0;
+  // Step 3's K steps of alpha (paper: 1e-3 regression, 1e-2 classification);
+  // no gradient noise: PLATIPUS's randomness is its sampled theta.
+  InnerLoop inner_loop{.learning_rate = 1e-3};
+  int mean_steps = 1;      // gradient steps for the prior and posterior means (paper: 1)
   double kl_weight = 1.5;  // beta (paper: 1.5 for 1-D regression, 0.01 for 2-D classification)
   // How step 5 reduces the losses of a task's query points: their sum, the
   // likelihood term of the ELBO (Section 4), or their mean. The loss's own
@@ -92,13 +90,13 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
           settings.initial_gamma_p, settings.initial_gamma_q);
     check(settings.kl_weight >= 0, name, "kl_weight must be non-negative, got {}",
           settings.kl_weight);
-    check(settings.inner_steps >= 0, name, "inner_steps must be non-negative, got {}",
-          settings.inner_steps);
     check(settings.mean_steps >= 1, name, "mean_steps must be at least 1, got {}",
           settings.mean_steps);
-    check(settings.inner_max_gradient_norm >= 0, name,
-          "inner_max_gradient_norm must be non-negative (0: no clip), got {}",
-          settings.inner_max_gradient_norm);
+    settings.inner_loop.validate(name);
+    check(settings.inner_loop.gradient_noise == 0, name,
+          "inner_loop.gradient_noise must be 0: PLATIPUS samples theta, and gradient noise is "
+          "MAML + noise's (got {})",
+          settings.inner_loop.gradient_noise);
   }
 
   Parts initialize(Generator& init) const {
@@ -165,7 +163,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     for (std::size_t i = 0; i < mu_q.size(); ++i)
       theta.push_back(mu_q[i] +
                       exp(0.5 * log_vq[i]) * tape.constant(noise.normal<T, B>(mu_q[i].shape())));
-    const auto phi = adapt(model_, loss_, theta, xs, ys, inner_loop(true)).params;  // step 3
+    const auto phi =
+        adapt(model_, loss_, theta, xs, ys, settings_.inner_loop, true).params;  // step 3
 
     const auto per_point = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 2);
     const auto query = settings_.query_reduction == Reduction::sum
@@ -207,7 +206,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     }
     const auto xs = tape.constant(repeat_tasks(support_x, n));
     const auto ys = tape.constant(repeat_tasks(support_y, n));
-    const auto phi = adapt(model_, loss_, start, xs, ys, inner_loop(false)).params;
+    const auto phi = adapt(model_, loss_, start, xs, ys, settings_.inner_loop, false).params;
     return flat_values(phi, layout).reshaped(Shape{tasks, n, size});
   }
 
@@ -221,11 +220,6 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
       for (std::size_t i = 0; i < m.size(); ++i) m[i] = m[i] - gamma[i] * g[i];
     }
     return m;
-  }
-
-  InnerLoop inner_loop(bool create_graph) const {
-    return {settings_.inner_steps, settings_.inner_learning_rate, create_graph, 0.0,
-            settings_.inner_max_gradient_norm};
   }
 };
 
