@@ -59,6 +59,33 @@ std::vector<double> directional_errors(Learner& learner, const TaskBatch<double>
   return worst;
 }
 
+// Each part's gradient against central differences (step 1e-6) of
+// objective() at four coordinates per part picked by `seed`.
+template <class Learner, class Objective>
+void check_part_gradients(Learner& learner, const std::vector<Tensor<double>>& gradients,
+                          Objective&& objective, double relative, std::uint64_t seed) {
+  Generator pick(seed);
+  for (int p = 0; p < Learner::part_count; ++p) {
+    const auto part = static_cast<typename Learner::Part>(p);
+    for (int k = 0; k < 4; ++k) {
+      const auto i = static_cast<std::size_t>(pick.index(learner.part(part).numel()));
+      auto values = learner.part(part).to_vector();
+      const double h = 1e-6, original = values[i];
+      auto at = [&](double value) {
+        values[i] = value;
+        learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
+        return objective();
+      };
+      const double numeric = (at(original + h) - at(original - h)) / (2 * h);
+      at(original);
+      const double analytic = gradients[static_cast<std::size_t>(p)].to_vector()[i];
+      INFO(Learner::part_names[static_cast<std::size_t>(p)] << "[" << i << "]: analytic "
+                                                            << analytic << ", numeric " << numeric);
+      CHECK(analytic == Approx(numeric).epsilon(relative).margin(1e-8));
+    }
+  }
+}
+
 // Mean squared error of predictions [tasks, N, 1] against y.
 double mse(const Tensor<float>& prediction, const Tensor<float>& y) {
   const auto p = prediction.to_vector(), t = y.to_vector();
@@ -614,28 +641,77 @@ TEST_CASE("PLATIPUS's meta-gradient matches central finite differences of its ob
       return result.query_loss + settings.kl_weight * result.kl;
     };
     Generator gen = noise;
-    const auto gradients = learner.meta_gradient(batch, gen);
-    Generator pick(82);
-    for (int p = 0; p < DoublePlatipus::part_count; ++p) {
-      const auto part = static_cast<DoublePlatipus::Part>(p);
-      for (int k = 0; k < 4; ++k) {
-        const auto i = static_cast<std::size_t>(pick.index(learner.part(part).numel()));
-        auto values = learner.part(part).to_vector();
-        const double h = 1e-6, original = values[i];
-        values[i] = original + h;
-        learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
-        const double up = objective();
-        values[i] = original - h;
-        learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
-        const double down = objective();
-        values[i] = original;
-        learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
-        const double numeric = (up - down) / (2 * h),
-                     analytic = gradients[static_cast<std::size_t>(p)].to_vector()[i];
-        INFO(DoublePlatipus::part_names[static_cast<std::size_t>(p)]
-             << "[" << i << "]: analytic " << analytic << ", numeric " << numeric);
-        CHECK(analytic == Approx(numeric).epsilon(1e-5).margin(1e-8));
-      }
-    }
+    check_part_gradients(learner, learner.meta_gradient(batch, gen), objective, 1e-5, 82);
   }
+}
+
+TEST_CASE(
+    "Meta-SGD with every rate alpha has MAML's meta-gradient, and its meta-gradient matches "
+    "central finite differences",
+    "[metasgd][gradcheck]") {
+  using DoubleMetaSgd = MetaSgd<nn::Sequential, MseLoss, double>;
+  const auto model =
+      nn::mlp({.inputs = 1, .hidden = {6}, .outputs = 1, .activation = nn::Activation::tanh});
+  Generator data(91);
+  const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
+  const InnerLoop loop{.steps = 2, .learning_rate = 0.03};
+  Generator maml_init(92), init(92), gen(93);
+  const Maml<nn::Sequential, MseLoss, double> maml(model, MseLoss{},
+                                                   {.inner_loop = loop, .threads = 1}, maml_init);
+  DoubleMetaSgd learner(model, MseLoss{}, {.inner_loop = loop, .threads = 1}, init);
+  const auto gradients = learner.meta_gradient(batch, gen);
+  // With alpha = 0.03 everywhere, Meta-SGD's inner loop is MAML's.
+  const auto maml_gradient = maml.meta_gradient(batch, gen).to_vector();
+  const auto theta_gradient = gradients[DoubleMetaSgd::theta].to_vector();
+  for (std::size_t i = 0; i < maml_gradient.size(); ++i)
+    CHECK(theta_gradient[i] == Approx(maml_gradient[i]).epsilon(1e-12).margin(1e-15));
+  // Both parts against central differences, after moving the rates apart.
+  auto rates = learner.part(DoubleMetaSgd::learning_rates).to_vector();
+  Generator spread(94);
+  for (auto& r : rates) r *= 0.5 + spread.uniform<double>();
+  learner.set_part(DoubleMetaSgd::learning_rates,
+                   Tensor<double>::from_host({static_cast<std::int64_t>(rates.size())}, rates));
+  const auto moved = learner.meta_gradient(batch, gen);
+  auto objective = [&] {
+    MetaStepResult result;
+    learner.meta_gradient(batch, gen, &result);
+    return result.query_loss;
+  };
+  check_part_gradients(learner, moved, objective, 1e-6, 95);
+}
+
+TEST_CASE("Meta-SGD learns sinusoids in one inner step, and learns its rates",
+          "[metasgd][learning]") {
+  const Sampler sampler({.support = 10, .query = 10, .sinusoid_fraction = 1.0});
+  Generator init(1), data(2);
+  MetaSgd<nn::Sequential, MseLoss> learner(
+      small_network(), MseLoss{}, {.inner_loop = {.steps = 1, .learning_rate = 0.01}, .threads = 2},
+      init);
+  for (int step = 0; step < 1500; ++step) learner.meta_train_step(sampler.sample(25, data), data);
+  Generator held_out(99);
+  const auto test = sampler.sample(200, held_out);
+  const double before =
+      mse(learner.predict(learner.part(decltype(learner)::theta), test.query_x), test.query_y);
+  const double after =
+      mse(learner.predict(learner.adapt_to(test.support_x, test.support_y, held_out), test.query_x),
+          test.query_y);
+  const auto rates = learner.part(decltype(learner)::learning_rates).to_vector();
+  const auto [low, high] = std::minmax_element(rates.begin(), rates.end());
+  INFO("query MSE before adaptation " << before << ", after one step " << after << "; rates in ["
+                                      << *low << ", " << *high << "]");
+  CHECK(after < 0.5 * before);
+  // The rates are learned: no longer all at their initial 0.01.
+  CHECK(*high - *low > 0.01);
+}
+
+TEST_CASE("Meta-SGD refuses settings that make no sense, naming the setting", "[metasgd][errors]") {
+  using Catch::Contains;
+  Generator init(1);
+  auto make = [&](MetaSgdSettings s) {
+    MetaSgd<nn::Sequential, MseLoss>(small_network(), MseLoss{}, s, init);
+  };
+  CHECK_THROWS_WITH(make({.inner_loop = {.steps = -1}}), Contains("inner_loop.steps"));
+  CHECK_THROWS_WITH(make({.inner_loop = {.gradient_noise = 0.5}}),
+                    Contains("inner_loop.gradient_noise must be 0"));
+  CHECK_THROWS_WITH(make({.task_chunks = -2}), Contains("task_chunks"));
 }

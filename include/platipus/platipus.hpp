@@ -6,6 +6,7 @@
 #include "platipus/data/circles.hpp"
 #include "platipus/data/sinusoid_line.hpp"
 #include "platipus/meta/maml.hpp"
+#include "platipus/meta/meta_sgd.hpp"
 #include "platipus/meta/platipus.hpp"
 #include "platipus/meta/predict.hpp"
 #include "platipus/meta/uncertainty.hpp"

@@ -111,12 +111,17 @@ struct Adapted {
 };
 
 // phi_{k+1} = phi_k - alpha * (clip(grad L(phi_k, D_train)) + noise), from
-// phi_0 = params; with create_graph the steps are differentiable (second order).
+// phi_0 = params; with create_graph the steps are differentiable (second
+// order). With `rates`, a rate per coordinate replaces alpha: pieces of the
+// parameters' shapes (shared by the tasks) or with the task axis, for
+// Meta-SGD's learned alpha and PLATIPUS's gamma steps.
 template <class M, class L, class T, class B>
 Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T, B>& x,
                     const Var<T, B>& y, const InnerLoop& loop, bool create_graph,
-                    TaskNoise* noise = nullptr) {
+                    TaskNoise* noise = nullptr, const Pieces<T, B>* rates = nullptr) {
   loop.validate("adapt");
+  check(!rates || rates->size() == phi.size(), "adapt", "{} rate pieces for {} parameter pieces",
+        rates ? rates->size() : 0, phi.size());
   Var<T, B> initial_loss;
   for (int step = 0; step < loop.steps; ++step) {
     const Var<T, B> support_loss = task_loss(model, loss, phi, x, y);
@@ -130,8 +135,11 @@ Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T
              gi.tape().constant(raw::map(UnaryOp::scale, noise->template normal<T, B>(gi.shape()),
                                          static_cast<T>(loop.gradient_noise)));
     }
-    phi = foreach_add_scaled(std::span<const Var<T, B>>(phi), std::span<const Var<T, B>>(g),
-                             static_cast<T>(-loop.learning_rate));
+    if (rates)
+      for (std::size_t i = 0; i < phi.size(); ++i) phi[i] = phi[i] - (*rates)[i] * g[i];
+    else
+      phi = foreach_add_scaled(std::span<const Var<T, B>>(phi), std::span<const Var<T, B>>(g),
+                               static_cast<T>(-loop.learning_rate));
   }
   return {phi, initial_loss};
 }

@@ -91,17 +91,6 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
     return flat_values(adapted.params, model_.layout());
   }
 
-  // n adapted models per task, [tasks, n, P]: n copies of the one MAML
-  // solution, or n noisy solutions for MAML + noise.
-  Tensor<T, B> sample(const Parts& parts, const Tensor<T, B>& support_x,
-                      const Tensor<T, B>& support_y, std::int64_t n, Generator& gen) const {
-    check(n > 0, "Maml::sample", "the number of samples must be positive, got {}", n);
-    const std::int64_t tasks = support_x.dim(0), size = parts[theta].numel();
-    Tensor<T, B> adapted =
-        adapt_to(parts, repeat_tasks(support_x, n), repeat_tasks(support_y, n), gen);
-    return std::move(adapted).reshaped(Shape{tasks, n, size});
-  }
-
   // Mean post-adaptation query loss of a batch (an evaluation, no update).
   double evaluate(const Parts& parts, const TaskBatch<T, B>& batch, Generator& gen) const {
     batch.validate("Maml::evaluate");

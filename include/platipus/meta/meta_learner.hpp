@@ -69,7 +69,11 @@ struct ChunkTerms {
 //   replay_obstacle(steps)           why a recording of the step could not be
 //                                    replayed, beyond the driver's own
 //                                    reasons; empty when it can;
-//   sample(parts, x, y, n, gen)      n adapted models per task, [tasks, n, P];
+//   sample(parts, x, y, n, gen)      n adapted models per task, [tasks, n, P],
+//   or adapt_to(parts, x, y, gen)    or one adapted model per task, [tasks, P]
+//                                    (the driver then samples by adapting n
+//                                    copies of each task; at least one of
+//                                    the two is required);
 //   model(), settings()              what it was built from.
 template <class O>
 concept Objective = requires(
@@ -87,9 +91,9 @@ concept Objective = requires(
     } -> std::same_as<ChunkTerms<typename O::Scalar, typename O::Backend>>;
   { o.kl_weight(steps) } -> std::convertible_to<double>;
   { o.replay_obstacle(steps) } -> std::convertible_to<std::string>;
-  {
-    o.sample(parts, batch.support_x, batch.support_y, std::int64_t{1}, gen)
-    } -> std::same_as<Tensor<typename O::Scalar, typename O::Backend>>;
+  requires(
+      requires { o.sample(parts, batch.support_x, batch.support_y, std::int64_t{1}, gen); } ||
+      requires { o.adapt_to(parts, batch.support_x, batch.support_y, gen); });
   { o.settings().meta_optimizer } -> std::convertible_to<optim::AdamSettings>;
   { o.settings().threads } -> std::convertible_to<int>;
   { o.settings().task_chunks } -> std::convertible_to<int>;
@@ -185,10 +189,20 @@ class MetaLearner : public O::Names {
     return objective_.replay_obstacle(steps_reader());
   }
 
-  // n adapted models per task, [tasks, n, P] (Algorithm 2 for PLATIPUS).
+  // n adapted models per task, [tasks, n, P] (Algorithm 2 for PLATIPUS). An
+  // objective without its own sampler adapts n copies of each task's
+  // support set (MAML: n equal models; MAML + noise: n noisy ones).
   Tensor<T, B> sample(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t n,
                       Generator& gen) const {
-    return objective_.sample(parts_, support_x, support_y, n, gen);
+    if constexpr (requires { objective_.sample(parts_, support_x, support_y, n, gen); }) {
+      return objective_.sample(parts_, support_x, support_y, n, gen);
+    } else {
+      check(n > 0, fmt::format("{}::sample", O::name),
+            "the number of samples must be positive, got {}", n);
+      const std::int64_t tasks = support_x.dim(0), size = objective_.model().layout().size();
+      return adapt_to(repeat_tasks(support_x, n), repeat_tasks(support_y, n), gen)
+          .reshaped(Shape{tasks, n, size});
+    }
   }
 
   // Parameters adapted to each task's support set, [tasks, P], for an

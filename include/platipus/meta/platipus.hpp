@@ -214,12 +214,9 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   // mean - gamma * grad L(mean, D), piece by piece, repeated mean_steps times.
   Pieces<T, B> descend(Pieces<T, B> m, const Pieces<T, B>& gamma, const Var<T, B>& x,
                        const Var<T, B>& y, bool create_graph) const {
-    for (int step = 0; step < settings_.mean_steps; ++step) {
-      const auto g = grad(task_loss(model_, loss_, m, x, y), std::span<const Var<T, B>>(m),
-                          {.create_graph = create_graph});
-      for (std::size_t i = 0; i < m.size(); ++i) m[i] = m[i] - gamma[i] * g[i];
-    }
-    return m;
+    return adapt(model_, loss_, std::move(m), x, y, {.steps = settings_.mean_steps}, create_graph,
+                 nullptr, &gamma)
+        .params;
   }
 };
 
