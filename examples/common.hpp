@@ -382,30 +382,19 @@ template <class Loss, class Sampler>
 void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptions& o,
            const fs::path& out) {
   platipus::io::MetricsLog log(out, "train");
-  const long every = std::max(1L, o.steps / 200);
   auto run = [&](const std::string& name, auto& learner, std::uint64_t stream) {
     platipus::Generator gen(o.seed, stream);
     Progress progress(name, o.steps);
-    double recent = 0;
-    for (long step = 1; step <= o.steps; ++step) {
-      const auto result = learner.meta_train_step(sampler.sample(o.meta_batch, gen), gen);
-      // A non-finite loss has already reached the meta-parameters through
-      // Adam: stop rather than train on NaN and save it.
-      platipus::check(std::isfinite(result.query_loss) && std::isfinite(result.kl), name,
-                      "meta-training diverged at step {} (query loss {}, KL {}); try a smaller "
-                      "--meta-learning-rate or --inner-learning-rate",
-                      step, result.query_loss, result.kl);
-      recent += result.query_loss / static_cast<double>(every);
-      if (step % every == 0 || step == o.steps) {
-        log.record({{"learner", name},
-                    {"step", step},
-                    {"query_loss", recent},
-                    {"kl", result.kl},
-                    {"seconds", progress.seconds()}});
-        progress.update(step, fmt::format("query loss {:.3f}", recent));
-        recent = 0;
-      }
-    }
+    platipus::meta_train(learner, sampler, gen,
+                         {.steps = o.steps, .meta_batch = o.meta_batch, .name = name},
+                         [&](const platipus::TrainingRecord& r) {
+                           log.record({{"learner", name},
+                                       {"step", r.step},
+                                       {"query_loss", r.query_loss},
+                                       {"kl", r.kl},
+                                       {"seconds", progress.seconds()}});
+                           progress.update(r.step, fmt::format("query loss {:.3f}", r.query_loss));
+                         });
   };
   run("maml", learners.maml, 1);
   run("maml_noise", learners.maml_noise, 3);

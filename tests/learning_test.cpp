@@ -715,3 +715,52 @@ TEST_CASE("Meta-SGD refuses settings that make no sense, naming the setting", "[
                     Contains("inner_loop.gradient_noise must be 0"));
   CHECK_THROWS_WITH(make({.task_chunks = -2}), Contains("task_chunks"));
 }
+
+TEST_CASE("meta_train records the mean query loss of each interval and trains as a hand loop does",
+          "[training]") {
+  const Sampler sampler({.support = 5, .query = 5});
+  const MamlSettings settings{.inner_loop = {.steps = 1, .learning_rate = 0.01}, .threads = 1};
+  Generator init_a(5), init_b(5), gen_a(6), gen_b(6);
+  Maml<nn::Sequential, MseLoss> by_hand(small_network(), MseLoss{}, settings, init_a);
+  Maml<nn::Sequential, MseLoss> looped(small_network(), MseLoss{}, settings, init_b);
+  std::vector<double> losses;
+  for (int step = 0; step < 10; ++step)
+    losses.push_back(by_hand.meta_train_step(sampler.sample(4, gen_a), gen_a).query_loss);
+  std::vector<TrainingRecord> records;
+  meta_train(looped, sampler, gen_b, {.steps = 10, .meta_batch = 4, .record_every = 3},
+             [&](const TrainingRecord& r) { records.push_back(r); });
+  CHECK(looped.parameters().to_vector() == by_hand.parameters().to_vector());
+  REQUIRE(records.size() == 4);
+  const std::vector<std::pair<int, int>> intervals{{0, 3}, {3, 6}, {6, 9}, {9, 10}};
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    const auto [first, last] = intervals[r];
+    const double mean =
+        std::accumulate(losses.begin() + first, losses.begin() + last, 0.0) / (last - first);
+    CHECK(records[r].step == last);
+    CHECK(records[r].query_loss == Approx(mean).epsilon(1e-12));
+    CHECK(records[r].seconds >= 0);
+  }
+}
+
+TEST_CASE(
+    "meta_train stops a diverging run with an error naming it and the step, and refuses "
+    "settings that make no sense",
+    "[training][errors]") {
+  using Catch::Contains;
+  const Sampler sampler({.support = 5, .query = 5});
+  Generator init(1), gen(2);
+  Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{},
+                                     {.inner_loop = {.learning_rate = 100},
+                                      .meta_optimizer = {.learning_rate = 100},
+                                      .threads = 1},
+                                     init);
+  std::int64_t recorded = 0;
+  CHECK_THROWS_WITH(
+      meta_train(maml, sampler, gen, {.steps = 50, .record_every = 1, .name = "my run"},
+                 [&](const TrainingRecord& r) { recorded = r.step; }),
+      Contains("my run") && Contains("meta-training diverged at step"));
+  INFO("last step recorded before the divergence: " << recorded);
+  CHECK(recorded < 50);
+  CHECK_THROWS_WITH(meta_train(maml, sampler, gen, {.meta_batch = 0}), Contains("meta_batch"));
+  CHECK_THROWS_WITH(meta_train(maml, sampler, gen, {.steps = -1}), Contains("steps"));
+}

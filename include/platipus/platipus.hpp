@@ -9,6 +9,7 @@
 #include "platipus/meta/meta_sgd.hpp"
 #include "platipus/meta/platipus.hpp"
 #include "platipus/meta/predict.hpp"
+#include "platipus/meta/training.hpp"
 #include "platipus/meta/uncertainty.hpp"
 #include "platipus/nn/losses.hpp"
 #include "platipus/nn/sequential.hpp"

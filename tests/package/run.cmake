@@ -15,8 +15,10 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/package -B ${WORK_DIR}/installed -DC
     -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/installed)
 run(${WORK_DIR}/installed/consumer)
+run(${WORK_DIR}/installed/train_maml)
 
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/package -B ${WORK_DIR}/subdirectory -DPLATIPUS_SOURCE_DIR=${SOURCE_DIR}
     -DPLATIPUS_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/subdirectory)
 run(${WORK_DIR}/subdirectory/consumer)
+run(${WORK_DIR}/subdirectory/train_maml)
