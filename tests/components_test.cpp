@@ -1392,6 +1392,29 @@ TEST_CASE("write_file_atomically replaces the content and leaves no temporary fi
   CHECK_THROWS_WITH(io::read_file(dir / "absent.txt"), Contains((dir / "absent.txt").string()));
 }
 
+TEST_CASE(
+    "write_file_atomically keeps a replaced file's mode and gives a new one 0666 less the "
+    "umask",
+    "[components][io][atomic]") {
+  TemporaryDirectory dir;
+  const auto mode_of = [](const std::filesystem::path& p) {
+    struct ::stat info;
+    REQUIRE(::stat(p.c_str(), &info) == 0);
+    return info.st_mode & 07777;
+  };
+  const ::mode_t mask = ::umask(022);
+  const auto fresh = dir / "fresh.txt";
+  io::write_file_atomically(fresh, "new");
+  CHECK(mode_of(fresh) == 0644);
+  const auto kept = dir / "kept.txt";
+  io::write_file_atomically(kept, "old");
+  REQUIRE(::chmod(kept.c_str(), 0664) == 0);  // a mode the umask would cut down
+  io::write_file_atomically(kept, "replaced");
+  CHECK(mode_of(kept) == 0664);
+  CHECK(slurp(kept) == "replaced");
+  ::umask(mask);
+}
+
 TEST_CASE("MetricsLog writes each row as a JSON line and as a CSV row over the union of columns",
           "[components][io][metrics]") {
   TemporaryDirectory dir;

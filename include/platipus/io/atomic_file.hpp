@@ -1,5 +1,6 @@
 // Writing a file atomically: the bytes go to a temporary file beside the
-// target, are flushed to disk, and the temporary is renamed over the target,
+// target (unnamed while it is written, where Linux's O_TMPFILE allows), are
+// flushed to disk, and the temporary is renamed over the target,
 // so a reader sees the old file or the new one, never half of one. Only
 // regular files are read or written: renaming over a device node or a FIFO
 // would replace it (run as root, `--checkpoint /dev/null` would replace the
@@ -127,41 +128,83 @@ inline std::filesystem::path write_target(const std::filesystem::path& path) {
   return target;
 }
 
+namespace detail {
+
+// Every byte to fd, flushed to disk; false (errno set) on failure.
+inline bool write_all(int fd, std::string_view bytes) {
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ::ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    written += static_cast<std::size_t>(n);
+  }
+  return ::fsync(fd) == 0;
+}
+
+// Gives the unnamed file `fd` (O_TMPFILE) a fresh name `stem`.<pid>.<n>;
+// returns it, or an empty string when it cannot.
+inline std::string link_unnamed(int fd, const std::string& stem) {
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  for (int n = 0; n < 100; ++n) {
+    std::string name = stem;
+    name += '.';
+    name += std::to_string(::getpid());
+    name += '.';
+    name += std::to_string(n);
+    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0)
+      return name;
+    if (errno != EEXIST) break;
+  }
+  return {};
+}
+
+}  // namespace detail
+
 inline void write_file_atomically(const std::filesystem::path& requested, std::string_view bytes) {
   const auto path = write_target(requested);
   const auto parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::error_code ec;
   std::filesystem::create_directories(parent, ec);
   check(!ec, "write_file", "cannot create directory {}: {}", parent.string(), ec.message());
-  std::string name = ".";
-  name += path.filename().string();
-  name += ".XXXXXX";
-  std::string temporary = (parent / name).string();
+  std::string hidden = ".";  // built by appending: GCC 12 warns (-Wrestrict) on "." + name
+  hidden += path.filename().string();
+  const std::string stem = (parent / hidden).string();
+  auto replace = [&](const std::string& temporary) {
+    if (std::rename(temporary.c_str(), path.c_str()) == 0) return;
+    const std::string reason = std::strerror(errno);
+    ::unlink(temporary.c_str());
+    fail("write_file", "cannot write {}: {}", path.string(), reason);
+  };
+  // The bytes go first to an unnamed file (O_TMPFILE), so that a process
+  // killed while writing leaves nothing behind; it is named only for the
+  // rename, a window of two system calls. Where the file system (or a
+  // missing /proc) does not allow that, a named temporary holds the bytes.
+  if (const int fd =
+          ::open(parent.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, detail::file_mode(path));
+      fd >= 0) {
+    ::fchmod(fd, detail::file_mode(path));  // open() applied the umask to a replaced file's mode
+    const bool written = detail::write_all(fd, bytes);
+    const std::string temporary = written ? detail::link_unnamed(fd, stem) : std::string();
+    ::close(fd);
+    if (!temporary.empty()) return replace(temporary);
+  }
+  std::string temporary = stem;
+  temporary += ".XXXXXX";
   const int fd = ::mkstemp(temporary.data());
   check(fd >= 0, "write_file", "cannot create a temporary file beside {}: {}", path.string(),
         std::strerror(errno));
   // mkstemp creates the file 0600; give it the mode a plain open would: the
   // replaced file's, or 0666 less the process's umask.
   ::fchmod(fd, detail::file_mode(path));
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ::ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string reason = std::strerror(errno);
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      fail("write_file", "writing {} failed: {}", path.string(), reason);
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const bool closed = ::close(fd) == 0;
-  if (!synced || !closed || std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
+  const bool written = detail::write_all(fd, bytes);
+  const int saved = errno;
+  if (::close(fd) != 0 || !written) {
+    const std::string reason = std::strerror(written ? errno : saved);
     ::unlink(temporary.c_str());
-    fail("write_file", "cannot write {}: {}", path.string(), reason);
+    fail("write_file", "writing {} failed: {}", path.string(), reason);
   }
+  replace(temporary);
 }
 
 inline std::string read_file(const std::filesystem::path& path) {
