@@ -376,29 +376,35 @@ nlohmann::json load_learners(const fs::path& path, Learners<Loss>& learners) {
   return checkpoint.metadata;
 }
 
-// Meta-trains the learners on fresh tasks from `sampler`, with a progress
-// display, appending to <out>/train.{jsonl,csv} as training goes.
+// Meta-trains one learner on fresh tasks from `sampler` drawn from the
+// generator stream (o.seed, stream), with a progress display, appending a row
+// to `log` at every record. Returns the seconds it took.
+template <class Learner, class Sampler>
+double train_learner(platipus::io::MetricsLog& log, const std::string& name, Learner& learner,
+                     const Sampler& sampler, const TrainingOptions& o, std::uint64_t stream) {
+  platipus::Generator gen(o.seed, stream);
+  Progress progress(name, o.steps);
+  platipus::meta_train(learner, sampler, gen,
+                       {.steps = o.steps, .meta_batch = o.meta_batch, .name = name},
+                       [&](const platipus::TrainingRecord& r) {
+                         log.record({{"learner", name},
+                                     {"step", r.step},
+                                     {"query_loss", r.query_loss},
+                                     {"kl", r.kl},
+                                     {"seconds", progress.seconds()}});
+                         progress.update(r.step, fmt::format("query loss {:.3f}", r.query_loss));
+                       });
+  return progress.seconds();
+}
+
+// Meta-trains the learners, appending to <out>/train.{jsonl,csv} as training goes.
 template <class Loss, class Sampler>
 void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptions& o,
            const fs::path& out) {
   platipus::io::MetricsLog log(out, "train");
-  auto run = [&](const std::string& name, auto& learner, std::uint64_t stream) {
-    platipus::Generator gen(o.seed, stream);
-    Progress progress(name, o.steps);
-    platipus::meta_train(learner, sampler, gen,
-                         {.steps = o.steps, .meta_batch = o.meta_batch, .name = name},
-                         [&](const platipus::TrainingRecord& r) {
-                           log.record({{"learner", name},
-                                       {"step", r.step},
-                                       {"query_loss", r.query_loss},
-                                       {"kl", r.kl},
-                                       {"seconds", progress.seconds()}});
-                           progress.update(r.step, fmt::format("query loss {:.3f}", r.query_loss));
-                         });
-  };
-  run("maml", learners.maml, 1);
-  run("maml_noise", learners.maml_noise, 3);
-  run("platipus", learners.platipus, 2);
+  train_learner(log, "maml", learners.maml, sampler, o, 1);
+  train_learner(log, "maml_noise", learners.maml_noise, sampler, o, 3);
+  train_learner(log, "platipus", learners.platipus, sampler, o, 2);
 }
 
 // Bytes of memory available to a new process (MemAvailable in

@@ -666,10 +666,10 @@ TEST_CASE(
   for (std::size_t i = 0; i < maml_gradient.size(); ++i)
     CHECK(theta_gradient[i] == Approx(maml_gradient[i]).epsilon(1e-12).margin(1e-15));
   // Both parts against central differences, after moving the rates apart.
-  auto rates = learner.part(DoubleMetaSgd::learning_rates).to_vector();
+  auto rates = learner.part(DoubleMetaSgd::learning_rate_scales).to_vector();
   Generator spread(94);
   for (auto& r : rates) r *= 0.5 + spread.uniform<double>();
-  learner.set_part(DoubleMetaSgd::learning_rates,
+  learner.set_part(DoubleMetaSgd::learning_rate_scales,
                    Tensor<double>::from_host({static_cast<std::int64_t>(rates.size())}, rates));
   const auto moved = learner.meta_gradient(batch, gen);
   auto objective = [&] {
@@ -695,13 +695,13 @@ TEST_CASE("Meta-SGD learns sinusoids in one inner step, and learns its rates",
   const double after =
       mse(learner.predict(learner.adapt_to(test.support_x, test.support_y, held_out), test.query_x),
           test.query_y);
-  const auto rates = learner.part(decltype(learner)::learning_rates).to_vector();
+  const auto rates = learner.part(decltype(learner)::learning_rate_scales).to_vector();
   const auto [low, high] = std::minmax_element(rates.begin(), rates.end());
-  INFO("query MSE before adaptation " << before << ", after one step " << after << "; rates in ["
-                                      << *low << ", " << *high << "]");
+  INFO("query MSE before adaptation " << before << ", after one step " << after
+                                      << "; rate scales in [" << *low << ", " << *high << "]");
   CHECK(after < 0.5 * before);
-  // The rates are learned: no longer all at their initial 0.01.
-  CHECK(*high - *low > 0.01);
+  // The rates are learned: their scales are no longer all at their initial 1.
+  CHECK(*high - *low > 0.1);
 }
 
 TEST_CASE("Meta-SGD refuses settings that make no sense, naming the setting", "[metasgd][errors]") {
@@ -763,4 +763,288 @@ TEST_CASE(
   CHECK(recorded < 50);
   CHECK_THROWS_WITH(meta_train(maml, sampler, gen, {.meta_batch = 0}), Contains("meta_batch"));
   CHECK_THROWS_WITH(meta_train(maml, sampler, gen, {.steps = -1}), Contains("steps"));
+}
+
+namespace {
+
+using DoubleMaml = Maml<nn::Sequential, MseLoss, double>;
+
+nn::Sequential tiny_network() {
+  return nn::mlp({.inputs = 1, .hidden = {6, 5}, .outputs = 1, .activation = nn::Activation::tanh});
+}
+
+// Query MSE on 200 held-out sinusoid tasks before and after adaptation, of a
+// learner meta-trained for 1,500 steps of 25 tasks.
+template <class Learner>
+std::pair<double, double> before_and_after_training(Learner& learner) {
+  const Sampler sampler({.support = 10, .query = 10, .sinusoid_fraction = 1.0});
+  Generator data(2);
+  for (int step = 0; step < 1500; ++step) learner.meta_train_step(sampler.sample(25, data), data);
+  Generator held_out(99);
+  const auto test = sampler.sample(200, held_out);
+  const auto& theta = learner.part(static_cast<typename Learner::Part>(0));
+  return {
+      mse(learner.predict(theta, test.query_x), test.query_y),
+      mse(learner.predict(learner.adapt_to(test.support_x, test.support_y, held_out), test.query_x),
+          test.query_y)};
+}
+
+}  // namespace
+
+TEST_CASE("first-order MAML's meta-gradient is the query loss's gradient at the adapted weights",
+          "[maml][gradcheck]") {
+  Generator data(31), init(32), gen(33);
+  const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(1, data);
+  const DoubleMaml fomaml(
+      tiny_network(), MseLoss{},
+      {.inner_loop = {.steps = 3, .learning_rate = 0.05}, .first_order = true, .threads = 1}, init);
+  const auto gradient = fomaml.meta_gradient(batch, gen).to_vector();
+  // A learner with no inner steps at phi: its query loss is L(phi, D_test).
+  Generator unused(0);
+  DoubleMaml at_phi(tiny_network(), MseLoss{}, {.inner_loop = {.steps = 0}, .threads = 1}, unused);
+  at_phi.set_parameters(
+      fomaml.adapt_to(batch.support_x, batch.support_y, gen).reshaped(fomaml.parameters().shape()));
+  const double worst = directional_errors(at_phi, batch, gen, {gradient})[0];
+  INFO("worst relative error " << worst);
+  CHECK(worst < 1e-6);
+}
+
+TEST_CASE(
+    "ANIL's meta-gradient matches central finite differences, adapts only the head, and is "
+    "MAML's when the head is every piece",
+    "[anil][gradcheck]") {
+  using DoubleAnil = Anil<nn::Sequential, MseLoss, double>;
+  Generator data(41), init(42), maml_init(42), all_init(42), gen(43);
+  const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
+  const InnerLoop loop{.steps = 3, .learning_rate = 0.05};
+  DoubleAnil anil(tiny_network(), MseLoss{}, {.inner_loop = loop, .threads = 1}, init);
+  const auto& layout = anil.model().layout();
+  REQUIRE(anil.objective().head().size() == 2);  // the last layer's weight and bias
+  CHECK(layout.specs()[anil.objective().head()[0]].name == "layer4.weight");
+  const auto gradient = anil.meta_gradient(batch, gen).to_vector();
+  const double worst = directional_errors(anil, batch, gen, {gradient})[0];
+  INFO("worst relative error " << worst);
+  CHECK(worst < 1e-6);
+  // The body learns through the head: its gradient is not zero.
+  const auto body = layout.piece(anil.meta_gradient(batch, gen), "layer0.weight").to_vector();
+  CHECK(std::any_of(body.begin(), body.end(), [](double g) { return std::abs(g) > 1e-6; }));
+  // Adapted rows keep the body's values and move the head's.
+  const auto adapted = anil.adapt_to(batch.support_x, batch.support_y, gen);
+  for (std::int64_t t = 0; t < batch.tasks(); ++t) {
+    CHECK(layout.piece(adapted, "layer0.weight", t).to_vector() ==
+          layout.piece(anil.parameters(), "layer0.weight").to_vector());
+    CHECK(layout.piece(adapted, "layer4.weight", t).to_vector() !=
+          layout.piece(anil.parameters(), "layer2.weight").to_vector());
+  }
+  // With every piece in the head ANIL is MAML.
+  std::vector<std::string> every;
+  for (const auto& spec : layout.specs()) every.push_back(spec.name);
+  const DoubleAnil all(tiny_network(), MseLoss{}, {.inner_loop = loop, .head = every, .threads = 1},
+                       all_init);
+  const DoubleMaml maml(tiny_network(), MseLoss{}, {.inner_loop = loop, .threads = 1}, maml_init);
+  const auto a = all.meta_gradient(batch, gen).to_vector(),
+             m = maml.meta_gradient(batch, gen).to_vector();
+  for (std::size_t i = 0; i < m.size(); ++i)
+    CHECK(a[i] == Approx(m[i]).epsilon(1e-12).margin(1e-15));
+}
+
+TEST_CASE(
+    "Reptile's meta-gradient is mean(theta - phi), alpha times the joint loss's gradient "
+    "after one step",
+    "[reptile][gradcheck]") {
+  using DoubleReptile = Reptile<nn::Sequential, MseLoss, double>;
+  Generator data(51), gen(53);
+  const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
+  // All of each task's points: the data Reptile's inner loop trains on.
+  const std::array<const Tensor<double>*, 2> xs{&batch.support_x, &batch.query_x},
+      ys{&batch.support_y, &batch.query_y};
+  const Tensor<double> all_x = raw::concat(std::span<const Tensor<double>*const>(xs), 1),
+                       all_y = raw::concat(std::span<const Tensor<double>*const>(ys), 1);
+  SECTION("K steps: the mean of theta - phi_i, phi_i from K plain SGD steps") {
+    Generator init(52), maml_init(52);
+    const InnerLoop loop{.steps = 4, .learning_rate = 0.05};
+    const DoubleReptile reptile(tiny_network(), MseLoss{}, {.inner_loop = loop, .threads = 2},
+                                init);
+    const DoubleMaml sgd(tiny_network(), MseLoss{}, {.inner_loop = loop, .threads = 1}, maml_init);
+    const auto gradient = reptile.meta_gradient(batch, gen).to_vector();
+    const auto phi = sgd.adapt_to(all_x, all_y, gen).to_vector();
+    const auto theta = reptile.parameters().to_vector();
+    const std::size_t p = theta.size(), tasks = 3;
+    for (std::size_t i = 0; i < p; ++i) {
+      double mean = 0;
+      for (std::size_t t = 0; t < tasks; ++t) mean += (theta[i] - phi[t * p + i]) / tasks;
+      CHECK(gradient[i] == Approx(mean).epsilon(1e-12).margin(1e-15));
+    }
+  }
+  SECTION(
+      "one step: alpha times the gradient of the mean loss on all points, against central "
+      "differences") {
+    Generator init(52), joint_init(52);
+    const double alpha = 0.05;
+    const DoubleReptile reptile(tiny_network(), MseLoss{},
+                                {.inner_loop = {.steps = 1, .learning_rate = alpha}, .threads = 1},
+                                init);
+    auto gradient = reptile.meta_gradient(batch, gen).to_vector();
+    for (auto& g : gradient) g /= alpha;
+    // No inner steps and every point as the query set: the joint loss.
+    DoubleMaml joint(tiny_network(), MseLoss{}, {.inner_loop = {.steps = 0}, .threads = 1},
+                     joint_init);
+    const TaskBatch<double> points{batch.support_x.clone(), batch.support_y.clone(), all_x.clone(),
+                                   all_y.clone()};
+    const double worst = directional_errors(joint, points, gen, {gradient})[0];
+    INFO("worst relative error " << worst);
+    CHECK(worst < 1e-6);
+  }
+}
+
+TEST_CASE(
+    "MAML++'s meta-gradient: MAML's at equal rates, its multi-step loss, first order while "
+    "annealing, and both parts (theta, log-rates) against central finite differences",
+    "[mamlpp][gradcheck]") {
+  using DoubleMamlPlusPlus = MamlPlusPlus<nn::Sequential, MseLoss, double>;
+  Generator data(61), gen(63);
+  const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
+  const InnerLoop loop{.steps = 3, .learning_rate = 0.05};
+  const MamlPlusPlusSettings last_step_only{
+      .inner_loop = loop, .multi_step_loss_steps = 0, .first_order_steps = 0, .threads = 1};
+  auto maml_gradient = [&](int steps, bool first_order) {
+    Generator init(62);
+    return DoubleMaml(tiny_network(), MseLoss{},
+                      {.inner_loop = {.steps = steps, .learning_rate = loop.learning_rate},
+                       .first_order = first_order,
+                       .threads = 1},
+                      init)
+        .meta_gradient(batch, gen)
+        .to_vector();
+  };
+  auto theta_gradient = [&](const MamlPlusPlusSettings& settings) {
+    Generator init(62);
+    return DoubleMamlPlusPlus(tiny_network(), MseLoss{}, settings, init)
+        .meta_gradient(batch, gen)[DoubleMamlPlusPlus::theta]
+        .to_vector();
+  };
+  SECTION("the last step's loss at the initial rates is MAML's objective") {
+    const auto g = theta_gradient(last_step_only), m = maml_gradient(3, false);
+    for (std::size_t i = 0; i < m.size(); ++i)
+      CHECK(g[i] == Approx(m[i]).epsilon(1e-12).margin(1e-15));
+  }
+  SECTION("at step 0 the multi-step loss weighs the K steps' query losses equally") {
+    auto settings = last_step_only;
+    settings.multi_step_loss_steps = 100;
+    const auto g = theta_gradient(settings);
+    std::vector<double> expected(g.size(), 0.0);
+    for (int k = 1; k <= 3; ++k) {
+      const auto m = maml_gradient(k, false);
+      for (std::size_t i = 0; i < m.size(); ++i) expected[i] += m[i] / 3;
+    }
+    for (std::size_t i = 0; i < g.size(); ++i)
+      CHECK(g[i] == Approx(expected[i]).epsilon(1e-12).margin(1e-15));
+  }
+  SECTION("during derivative-order annealing the gradient is first order") {
+    auto settings = last_step_only;
+    settings.first_order_steps = 10;
+    const auto g = theta_gradient(settings), m = maml_gradient(3, true);
+    for (std::size_t i = 0; i < m.size(); ++i)
+      CHECK(g[i] == Approx(m[i]).epsilon(1e-12).margin(1e-15));
+  }
+  SECTION("theta and the per-layer per-step rates against central differences") {
+    Generator init(62);
+    DoubleMamlPlusPlus learner(tiny_network(), MseLoss{}, last_step_only, init);
+    auto rates = learner.part(DoubleMamlPlusPlus::log_learning_rates).to_vector();
+    Generator spread(64);
+    for (auto& r : rates) r += spread.uniform<double>() - 0.5;
+    learner.set_part(DoubleMamlPlusPlus::log_learning_rates,
+                     Tensor<double>::from_host(
+                         learner.part(DoubleMamlPlusPlus::log_learning_rates).shape(), rates));
+    auto objective = [&] {
+      MetaStepResult result;
+      learner.meta_gradient(batch, gen, &result);
+      return result.query_loss;
+    };
+    check_part_gradients(learner, learner.meta_gradient(batch, gen), objective, 1e-6, 65);
+  }
+}
+
+TEST_CASE(
+    "MAML++ anneals its step-loss weights towards the last step and its meta learning rate "
+    "along a cosine",
+    "[mamlpp]") {
+  Generator init(1);
+  const MamlPlusPlus<nn::Sequential, MseLoss> learner(tiny_network(), MseLoss{},
+                                                      {.inner_loop = {.steps = 4},
+                                                       .multi_step_loss_steps = 100,
+                                                       .first_order_steps = 0,
+                                                       .meta_learning_rate_annealing_steps = 200,
+                                                       .min_meta_learning_rate = 1e-5,
+                                                       .meta_optimizer = {.learning_rate = 1e-3},
+                                                       .threads = 1},
+                                                      init);
+  const auto& o = learner.objective();
+  CHECK(o.multi_step_weights(0) == std::vector<double>(4, 0.25));
+  double previous_last = 0;
+  for (int step : {0, 10, 50, 90, 99}) {
+    const auto w = o.multi_step_weights(step);
+    CHECK(std::accumulate(w.begin(), w.end(), 0.0) == Approx(1.0));
+    CHECK(w.back() > previous_last);
+    CHECK(w[0] >= 0.03 / 4);
+    previous_last = w.back();
+  }
+  CHECK(o.multi_step_weights(100) == std::vector<double>{0, 0, 0, 1});
+  auto scale = [&](int step) {
+    return o.schedule([step] { return step; }).meta_learning_rate_scale;
+  };
+  CHECK(scale(0) == Approx(1.0));
+  CHECK(scale(100) == Approx((1e-5 + (1e-3 - 1e-5) / 2) / 1e-3));
+  CHECK(scale(200) == Approx(1e-5 / 1e-3));
+  CHECK(scale(5000) == Approx(1e-5 / 1e-3));
+  CHECK_THAT(learner.replay_obstacle(), Catch::Contains("anneal"));
+}
+
+TEST_CASE("ANIL, Reptile and MAML++ learn sinusoids: adaptation halves the query error",
+          "[anil][reptile][mamlpp][learning]") {
+  const InnerLoop loop{.steps = 5, .learning_rate = 0.01};
+  Generator init(1);
+  SECTION("ANIL") {
+    Anil<nn::Sequential, MseLoss> learner(small_network(), MseLoss{},
+                                          {.inner_loop = loop, .threads = 2}, init);
+    const auto [before, after] = before_and_after_training(learner);
+    INFO("query MSE before adaptation " << before << ", after " << after);
+    CHECK(after < 0.5 * before);
+  }
+  SECTION("Reptile") {
+    Reptile<nn::Sequential, MseLoss> learner(small_network(), MseLoss{},
+                                             {.inner_loop = loop, .threads = 2}, init);
+    const auto [before, after] = before_and_after_training(learner);
+    INFO("query MSE before adaptation " << before << ", after " << after);
+    CHECK(after < 0.5 * before);
+  }
+  SECTION("MAML++") {
+    MamlPlusPlus<nn::Sequential, MseLoss> learner(
+        small_network(), MseLoss{},
+        {.inner_loop = loop, .multi_step_loss_steps = 150, .first_order_steps = 500, .threads = 2},
+        init);
+    const auto [before, after] = before_and_after_training(learner);
+    INFO("query MSE before adaptation " << before << ", after " << after);
+    CHECK(after < 0.5 * before);
+  }
+}
+
+TEST_CASE("ANIL, Reptile and MAML++ refuse settings that make no sense, naming the setting",
+          "[anil][reptile][mamlpp][errors]") {
+  using Catch::Contains;
+  Generator init(1);
+  CHECK_THROWS_WITH((Anil<nn::Sequential, MseLoss>(small_network(), MseLoss{},
+                                                   {.head = {"layer9.weight"}}, init)),
+                    Contains("no parameter named 'layer9.weight'"));
+  CHECK_THROWS_WITH((Reptile<nn::Sequential, MseLoss>(small_network(), MseLoss{},
+                                                      {.inner_loop = {.gradient_noise = 1}}, init)),
+                    Contains("inner_loop.gradient_noise must be 0"));
+  CHECK_THROWS_WITH((MamlPlusPlus<nn::Sequential, MseLoss>(small_network(), MseLoss{},
+                                                           {.first_order_steps = -1}, init)),
+                    Contains("first_order_steps"));
+  CHECK_THROWS_WITH(
+      (MamlPlusPlus<nn::Sequential, MseLoss>(
+          small_network(), MseLoss{},
+          {.min_meta_learning_rate = 1, .meta_optimizer = {.learning_rate = 1e-3}}, init)),
+      Contains("min_meta_learning_rate"));
 }

@@ -3,7 +3,9 @@
 // pieces, each with a leading task axis, and one fused op updates them all.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -38,19 +40,40 @@ struct InnerLoop {
           "inner_loop.max_gradient_norm must be non-negative (0: no clip), got {}",
           max_gradient_norm);
   }
+  // The same for an algorithm that takes no gradient noise.
+  void validate_without_noise(std::string_view who) const {
+    validate(who);
+    check(gradient_noise == 0, who, "inner_loop.gradient_noise must be 0 (got {})", gradient_noise);
+  }
 };
+
+// Throws platipus::error naming `who` unless support_x is a non-empty
+// [tasks, points, features] support set.
+template <class T, class B>
+void check_support_set(const Tensor<T, B>& support_x, std::string_view who) {
+  check(support_x.rank() == 3 && support_x.dim(1) > 0, who, "empty or malformed support set {}",
+        support_x.shape());
+}
+
+// A piece [shape...] expanded to [tasks, shape...] (a view).
+template <class T, class B>
+Var<T, B> with_task_axis(const Var<T, B>& piece, std::int64_t tasks) {
+  Shape shape{tasks};
+  for (auto d : piece.shape().dims()) shape.push_back(d);
+  return expand(piece, shape);
+}
 
 // The pieces of a flat vector [P] (views, no copy), each expanded to a task
 // axis: [tasks, shape...]. Gradients with respect to the pieces are then
-// per task.
+// per task. With `only`, just those pieces get the axis (ANIL's head); the
+// others stay shared by the tasks.
 template <class T, class B>
-Pieces<T, B> per_task(const Var<T, B>& flat, const nn::ParamLayout& layout, std::int64_t tasks) {
+Pieces<T, B> per_task(const Var<T, B>& flat, const nn::ParamLayout& layout, std::int64_t tasks,
+                      std::span<const std::size_t> only = {}) {
   Pieces<T, B> pieces = unflatten(flat, layout.shapes());
-  for (auto& p : pieces) {
-    Shape shape{tasks};
-    for (auto d : p.shape().dims()) shape.push_back(d);
-    p = expand(p, shape);
-  }
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    if (only.empty() || std::find(only.begin(), only.end(), i) != only.end())
+      pieces[i] = with_task_axis(pieces[i], tasks);
   return pieces;
 }
 
@@ -110,36 +133,71 @@ struct Adapted {
   Var<T, B> initial_loss;  // the summed support loss at the start (undefined when steps == 0)
 };
 
-// phi_{k+1} = phi_k - alpha * (clip(grad L(phi_k, D_train)) + noise), from
-// phi_0 = params; with create_graph the steps are differentiable (second
-// order). With `rates`, a rate per coordinate replaces alpha: pieces of the
-// parameters' shapes (shared by the tasks) or with the task axis, for
-// Meta-SGD's learned alpha and PLATIPUS's gamma steps.
+// How an adaptation runs beyond its InnerLoop settings.
+template <class T, class B>
+struct AdaptOptions {
+  bool create_graph = false;   // differentiable steps (second order)
+  TaskNoise* noise = nullptr;  // the draws of inner_loop.gradient_noise
+  // A rate per coordinate in place of alpha: pieces of the parameters'
+  // shapes (shared by the tasks) or with the task axis (Meta-SGD's learned
+  // alpha, PLATIPUS's gamma steps, MAML++'s per-layer rates).
+  const Pieces<T, B>* rates = nullptr;
+  // The indices of the pieces that adapt (ANIL's head); empty: all. The
+  // others keep their values and need no task axis.
+  std::vector<std::size_t> adapted = {};
+};
+
+// One step, phi - alpha * (clip(grad L(phi, D_train)) + noise) on the adapted
+// pieces, and the summed support loss at phi it descended.
+template <class M, class L, class T, class B>
+Adapted<T, B> inner_step(const M& model, const L& loss, Pieces<T, B> phi, const Var<T, B>& x,
+                         const Var<T, B>& y, const InnerLoop& loop,
+                         const AdaptOptions<T, B>& options) {
+  const auto& rates = options.rates;
+  std::vector<std::size_t> adapted = options.adapted;
+  if (adapted.empty())
+    for (std::size_t i = 0; i < phi.size(); ++i) adapted.push_back(i);
+  Pieces<T, B> moving;
+  for (auto i : adapted) {
+    check(i < phi.size(), "adapt", "piece {} of a model of {}", i, phi.size());
+    moving.push_back(phi[i]);
+  }
+  const Var<T, B> support_loss = task_loss(model, loss, phi, x, y);
+  auto g = grad(support_loss, std::span<const Var<T, B>>(moving),
+                {.create_graph = options.create_graph});
+  if (loop.max_gradient_norm > 0) g = clip_task_norms(g, loop.max_gradient_norm);
+  if (loop.gradient_noise > 0) {
+    check(options.noise != nullptr, "adapt", "gradient noise needs a generator");
+    for (auto& gi : g)
+      gi = gi + gi.tape().constant(raw::map(UnaryOp::scale,
+                                            options.noise->template normal<T, B>(gi.shape()),
+                                            static_cast<T>(loop.gradient_noise)));
+  }
+  if (rates) {
+    for (std::size_t k = 0; k < adapted.size(); ++k)
+      phi[adapted[k]] = moving[k] - (*rates)[adapted[k]] * g[k];
+  } else {
+    moving = foreach_add_scaled(std::span<const Var<T, B>>(moving), std::span<const Var<T, B>>(g),
+                                static_cast<T>(-loop.learning_rate));
+    for (std::size_t k = 0; k < adapted.size(); ++k) phi[adapted[k]] = moving[k];
+  }
+  return {std::move(phi), support_loss};
+}
+
+// phi_{k+1} = inner_step(phi_k), loop.steps times from phi_0 = params.
 template <class M, class L, class T, class B>
 Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T, B>& x,
-                    const Var<T, B>& y, const InnerLoop& loop, bool create_graph,
-                    TaskNoise* noise = nullptr, const Pieces<T, B>* rates = nullptr) {
+                    const Var<T, B>& y, const InnerLoop& loop,
+                    const AdaptOptions<T, B>& options = {}) {
   loop.validate("adapt");
-  check(!rates || rates->size() == phi.size(), "adapt", "{} rate pieces for {} parameter pieces",
-        rates ? rates->size() : 0, phi.size());
+  check(!options.rates || options.rates->size() == phi.size(), "adapt",
+        "{} rate pieces for {} parameter pieces", options.rates ? options.rates->size() : 0,
+        phi.size());
   Var<T, B> initial_loss;
   for (int step = 0; step < loop.steps; ++step) {
-    const Var<T, B> support_loss = task_loss(model, loss, phi, x, y);
-    if (step == 0) initial_loss = support_loss;
-    auto g = grad(support_loss, std::span<const Var<T, B>>(phi), {.create_graph = create_graph});
-    if (loop.max_gradient_norm > 0) g = clip_task_norms(g, loop.max_gradient_norm);
-    if (loop.gradient_noise > 0) {
-      check(noise != nullptr, "adapt", "gradient noise needs a generator");
-      for (auto& gi : g)
-        gi = gi +
-             gi.tape().constant(raw::map(UnaryOp::scale, noise->template normal<T, B>(gi.shape()),
-                                         static_cast<T>(loop.gradient_noise)));
-    }
-    if (rates)
-      for (std::size_t i = 0; i < phi.size(); ++i) phi[i] = phi[i] - (*rates)[i] * g[i];
-    else
-      phi = foreach_add_scaled(std::span<const Var<T, B>>(phi), std::span<const Var<T, B>>(g),
-                               static_cast<T>(-loop.learning_rate));
+    auto next = inner_step(model, loss, std::move(phi), x, y, loop, options);
+    if (step == 0) initial_loss = next.initial_loss;
+    phi = std::move(next.params);
   }
   return {phi, initial_loss};
 }

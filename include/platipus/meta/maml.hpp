@@ -41,6 +41,18 @@ struct MamlNames {
   static constexpr std::array<std::string_view, part_count> part_names{"theta"};
 };
 
+// The terms of an objective that is the chunk's summed query loss at the
+// adapted parameters (MAML and its kin), with the support loss before
+// adaptation as a statistic.
+template <class M, class L, class T, class B>
+ChunkTerms<T, B> adapted_query_terms(const M& model, const L& loss, const Adapted<T, B>& adapted,
+                                     const TaskBatch<T, B>& chunk) {
+  Tape<T, B>& tape = adapted.params.front().tape();
+  const auto query = task_loss(model, loss, adapted.params, tape.constant(chunk.query_x),
+                               tape.constant(chunk.query_y));
+  return {.objective = query, .query = query, .support = adapted.initial_loss, .kl = {}};
+}
+
 // MAML as an Objective of the meta-learner driver (meta/meta_learner.hpp).
 template <class M, class L, class T = float, class B = cpu>
 requires Model<M, T, B> && Loss<L, T, B>
@@ -63,31 +75,26 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
   // The chunk's summed post-adaptation query loss, differentiated through
   // the inner loop (second order unless first_order).
   ChunkTerms<T, B> chunk_terms(std::span<const Var<T, B>> parts, const TaskBatch<T, B>& chunk,
-                               TaskNoise& noise, double /*kl_weight*/) const {
+                               TaskNoise& noise, const StepSchedule& /*schedule*/) const {
     Tape<T, B>& tape = parts[theta].tape();
     const auto adapted =
         adapt(model_, loss_, per_task(parts[theta], model_.layout(), chunk.tasks()),
               tape.constant(chunk.support_x), tape.constant(chunk.support_y), settings_.inner_loop,
-              !settings_.first_order, &noise);
-    const auto query = sum(loss_(forward(adapted.params, tape.constant(chunk.query_x)),
-                                 tape.constant(chunk.query_y), 1));
-    return {.objective = query, .query = query, .support = adapted.initial_loss, .kl = {}};
+              {.create_graph = !settings_.first_order, .noise = &noise});
+    return adapted_query_terms(model_, loss_, adapted, chunk);
   }
-
-  double kl_weight(const std::function<int()>& /*steps*/) const { return 0; }
-  std::string replay_obstacle(const std::function<int()>& /*steps*/) const { return {}; }
 
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& gen) const {
-    check(support_x.rank() == 3 && support_x.dim(1) > 0, "Maml::adapt",
-          "empty or malformed support set {}", support_x.shape());
+    check_support_set(support_x, "Maml::adapt");
     Tape<T, B> tape;
     const auto theta_var = tape.variable(parts[theta]);
     TaskNoise noise(gen);
-    const auto adapted = adapt(
-        model_, loss_, per_task(theta_var, model_.layout(), support_x.dim(0)),
-        tape.constant(support_x), tape.constant(support_y), settings_.inner_loop, false, &noise);
+    const auto adapted =
+        adapt(model_, loss_, per_task(theta_var, model_.layout(), support_x.dim(0)),
+              tape.constant(support_x), tape.constant(support_y), settings_.inner_loop,
+              {.noise = &noise});
     return flat_values(adapted.params, model_.layout());
   }
 
@@ -99,11 +106,6 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
     Tape<T, B> tape;
     NoGradGuard no_grad;
     return mean(loss_(tape.constant(prediction), tape.constant(batch.query_y), 1)).item();
-  }
-
- private:
-  Var<T, B> forward(const Pieces<T, B>& params, const Var<T, B>& x) const {
-    return model_.forward(std::span<const Var<T, B>>(params), x);
   }
 };
 

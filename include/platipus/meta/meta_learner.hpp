@@ -41,6 +41,16 @@ struct ChunkTerms {
   Var<T, B> query, support, kl;
 };
 
+// What a meta-step reads from the number of steps taken before it, fixed
+// before its chunks run: the quantities PLATIPUS and MAML++ anneal.
+struct StepSchedule {
+  int step = 0;                         // steps taken; 0 for objectives that do not anneal
+  double kl_weight = 0;                 // PLATIPUS's beta; 0 where there is no KL term
+  double meta_learning_rate_scale = 1;  // times meta_optimizer.learning_rate
+
+  bool operator==(const StepSchedule&) const = default;
+};
+
 // An Objective O, requirement by requirement (O::Scalar is T, O::Backend is B):
 //   O::Model, O::Loss, O::Settings   the model and loss it is built from, and
 //                                    its settings, which hold at least
@@ -56,19 +66,20 @@ struct ChunkTerms {
 //                                    the driver derives from it;
 //   initialize(gen)                  their initial values, part_count
 //                                    tensors, drawn from gen;
-//   chunk_terms(parts, chunk, noise, kl_weight)
+//   chunk_terms(parts, chunk, noise, schedule)
 //                                    the chunk's ChunkTerms, recorded on the
 //                                    tape of `parts` (leaves, one per part);
 //                                    random draws come from `noise`, keyed by
 //                                    task, so no result depends on the cut;
-//   kl_weight(steps)                 the weight passed to chunk_terms at the
-//                                    next meta-step (0 where there is no KL);
-//                                    steps() reads the optimiser's count and
-//                                    may wait for the device, so call it only
-//                                    when the weight changes with the step;
+//   schedule(steps)                  the StepSchedule of the next meta-step
+//                                    (ObjectiveBase: none); steps() reads the
+//                                    optimiser's count and may wait for the
+//                                    device, so call it only while something
+//                                    changes with the step;
 //   replay_obstacle(steps)           why a recording of the step could not be
 //                                    replayed, beyond the driver's own
-//                                    reasons; empty when it can;
+//                                    reasons; empty when it can (ObjectiveBase:
+//                                    always empty);
 //   sample(parts, x, y, n, gen)      n adapted models per task, [tasks, n, P],
 //   or adapt_to(parts, x, y, gen)    or one adapted model per task, [tasks, P]
 //                                    (the driver then samples by adapting n
@@ -87,9 +98,9 @@ concept Objective = requires(
   { O::part_names[0] } -> std::convertible_to<std::string_view>;
   { o.initialize(gen) } -> std::same_as<std::remove_cvref_t<decltype(parts)>>;
   {
-    o.chunk_terms(vars, batch, noise, 1.0)
+    o.chunk_terms(vars, batch, noise, StepSchedule{})
     } -> std::same_as<ChunkTerms<typename O::Scalar, typename O::Backend>>;
-  { o.kl_weight(steps) } -> std::convertible_to<double>;
+  { o.schedule(steps) } -> std::same_as<StepSchedule>;
   { o.replay_obstacle(steps) } -> std::convertible_to<std::string>;
   requires(
       requires { o.sample(parts, batch.support_x, batch.support_y, std::int64_t{1}, gen); } ||
@@ -101,7 +112,8 @@ concept Objective = requires(
 };
 
 // What every objective keeps: the model, the loss and the settings it was
-// built from, and the Objective concept's type names. Derive as
+// built from, the Objective concept's type names, and the defaults of an
+// objective that anneals nothing and can always be replayed. Derive as
 // `class MyObjective : public ObjectiveBase<M, L, T, B, MySettings, MyNames>`.
 template <class M, class L, class T, class B, class S, class N>
 class ObjectiveBase : public N {
@@ -120,6 +132,9 @@ class ObjectiveBase : public N {
   const M& model() const { return model_; }
   const L& loss() const { return loss_; }
   const S& settings() const { return settings_; }
+
+  StepSchedule schedule(const std::function<int()>& /*steps*/) const { return {}; }
+  std::string replay_obstacle(const std::function<int()>& /*steps*/) const { return {}; }
 
  protected:
   M model_;
@@ -158,13 +173,16 @@ class MetaLearner : public O::Names {
   // longer changes) nothing here waits for the device, so a CUDA graph can
   // record it (meta/graphed_step.hpp).
   Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
-    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
+    const StepSchedule schedule = objective_.schedule(steps_reader());
+    auto [gradients, statistics] = gradient_and_statistics(batch, gen, schedule);
     std::array<Tensor<T, B>*, O::part_count> params;
     std::array<const Tensor<T, B>*, O::part_count> grads;
     for (std::size_t i = 0; i < params.size(); ++i) {
       params[i] = &parts_[i];
       grads[i] = &gradients[i];
     }
+    optimizer_.settings().learning_rate =
+        settings().meta_optimizer.learning_rate * schedule.meta_learning_rate_scale;
     optimizer_.step(params, grads);
     return std::move(statistics);
   }
@@ -174,7 +192,8 @@ class MetaLearner : public O::Names {
   // vector in part order.
   auto meta_gradient(const TaskBatch<T, B>& batch, Generator& gen,
                      MetaStepResult* stats = nullptr) const {
-    auto [gradients, statistics] = gradient_and_statistics(batch, gen);
+    auto [gradients, statistics] =
+        gradient_and_statistics(batch, gen, objective_.schedule(steps_reader()));
     if (stats) *stats = MetaStepResult::read(statistics);
     if constexpr (O::part_count == 1)
       return std::move(gradients[0]);
@@ -259,8 +278,10 @@ class MetaLearner : public O::Names {
   // Meta-steps taken (kept by the optimiser in backend memory: on CUDA,
   // reading it waits for the device).
   int steps() const { return optimizer_.steps(); }
-  // The KL weight of the next meta-step (0 for objectives without a KL term).
-  double current_kl_weight() const { return objective_.kl_weight(steps_reader()); }
+  // What the next meta-step anneals: its KL weight (0 for objectives without
+  // a KL term), its meta learning rate.
+  StepSchedule current_schedule() const { return objective_.schedule(steps_reader()); }
+  double current_kl_weight() const { return current_schedule().kl_weight; }
 
  private:
   std::function<int()> steps_reader() const {
@@ -271,7 +292,8 @@ class MetaLearner : public O::Names {
 
   // Chunks of tasks run in parallel on the pool, each on its own tape.
   typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& batch,
-                                                             Generator& gen) const {
+                                                             Generator& gen,
+                                                             const StepSchedule& schedule) const {
     static const std::string who = fmt::format("{}::meta_gradient", O::name);
     batch.validate(who);
     const auto ranges = chunks_of(batch.tasks(), settings().task_chunks, *pool_);
@@ -280,7 +302,6 @@ class MetaLearner : public O::Names {
     ChunkResults<T, B> results(ranges.size(), shapes);
     const TaskNoise noise(gen);
     const std::int64_t tasks = batch.tasks();
-    const double kl_weight = current_kl_weight();
     if (ranges.size() > 1) B::synchronize();  // the workers' streams read this thread's work
     pool_->run(static_cast<int>(ranges.size()), [&](int c) {
       const auto chunk = slice_tasks(batch, ranges[c]);
@@ -289,7 +310,7 @@ class MetaLearner : public O::Names {
       for (std::size_t i = 0; i < v.size(); ++i) v[i] = tape.variable(parts_[i]);
       TaskNoise chunk_noise = noise.from_task(ranges[c].start);
       const auto terms =
-          objective_.chunk_terms(std::span<const Var<T, B>>(v), chunk, chunk_noise, kl_weight);
+          objective_.chunk_terms(std::span<const Var<T, B>>(v), chunk, chunk_noise, schedule);
       // The mean over all the batch's tasks, not the chunk's.
       const auto grads =
           grad(terms.objective / static_cast<double>(tasks), std::span<const Var<T, B>>(v));

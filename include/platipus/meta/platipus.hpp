@@ -115,11 +115,11 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
 
   // The chunk's summed objective L(phi, D_test) + beta KL, per task.
   ChunkTerms<T, B> chunk_terms(std::span<const Var<T, B>> parts, const TaskBatch<T, B>& chunk,
-                               TaskNoise& noise, double kl_weight) const {
+                               TaskNoise& noise, const StepSchedule& schedule) const {
     std::array<Var<T, B>, part_count> v;
     std::copy(parts.begin(), parts.end(), v.begin());
     const auto [query, kl] = objective_terms(v, chunk, noise);
-    return {.objective = sum(query + static_cast<T>(kl_weight) * kl),
+    return {.objective = sum(query + static_cast<T>(schedule.kl_weight) * kl),
             .query = sum(query),
             .support = {},
             .kl = sum(kl)};
@@ -127,10 +127,10 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
 
   // beta at the meta-step after `steps()` steps; reads the count only while
   // beta ramps up (on CUDA reading it waits for the device).
-  double kl_weight(const std::function<int()>& steps) const {
-    if (settings_.kl_anneal_steps <= 0) return settings_.kl_weight;
-    return settings_.kl_weight *
-           std::min(1.0, static_cast<double>(steps()) / settings_.kl_anneal_steps);
+  StepSchedule schedule(const std::function<int()>& steps) const {
+    if (settings_.kl_anneal_steps <= 0) return {.kl_weight = settings_.kl_weight};
+    return {.kl_weight = settings_.kl_weight *
+                         std::min(1.0, static_cast<double>(steps()) / settings_.kl_anneal_steps)};
   }
 
   std::string replay_obstacle(const std::function<int()>& steps) const {
@@ -164,7 +164,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
       theta.push_back(mu_q[i] +
                       exp(0.5 * log_vq[i]) * tape.constant(noise.normal<T, B>(mu_q[i].shape())));
     const auto phi =
-        adapt(model_, loss_, theta, xs, ys, settings_.inner_loop, true).params;  // step 3
+        adapt(model_, loss_, theta, xs, ys, settings_.inner_loop, {.create_graph = true})
+            .params;  // step 3
 
     const auto per_point = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 2);
     const auto query = settings_.query_reduction == Reduction::sum
@@ -183,8 +184,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   // Algorithm 2 with the data-dependent prior: n models per task, [tasks, n, P].
   Tensor<T, B> sample(const Parts& theta, const Tensor<T, B>& support_x,
                       const Tensor<T, B>& support_y, std::int64_t n, Generator& gen) const {
-    check(support_x.rank() == 3 && support_x.dim(1) > 0, "Platipus::sample",
-          "empty or malformed support set {}", support_x.shape());
+    check_support_set(support_x, "Platipus::sample");
     check(n > 0, "Platipus::sample", "the number of samples must be positive, got {}", n);
     const auto& layout = model_.layout();
     const std::int64_t tasks = support_x.dim(0), size = layout.size();
@@ -206,7 +206,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     }
     const auto xs = tape.constant(repeat_tasks(support_x, n));
     const auto ys = tape.constant(repeat_tasks(support_y, n));
-    const auto phi = adapt(model_, loss_, start, xs, ys, settings_.inner_loop, false).params;
+    const auto phi = adapt(model_, loss_, start, xs, ys, settings_.inner_loop).params;
     return flat_values(phi, layout).reshaped(Shape{tasks, n, size});
   }
 
@@ -214,8 +214,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   // mean - gamma * grad L(mean, D), piece by piece, repeated mean_steps times.
   Pieces<T, B> descend(Pieces<T, B> m, const Pieces<T, B>& gamma, const Var<T, B>& x,
                        const Var<T, B>& y, bool create_graph) const {
-    return adapt(model_, loss_, std::move(m), x, y, {.steps = settings_.mean_steps}, create_graph,
-                 nullptr, &gamma)
+    return adapt(model_, loss_, std::move(m), x, y, {.steps = settings_.mean_steps},
+                 {.create_graph = create_graph, .rates = &gamma})
         .params;
   }
 };

@@ -1,0 +1,215 @@
+// MAML++ (Antoniou, Edwards, Storkey, ICLR 2019, "How to train your MAML"):
+// MAML with the paper's fixes that apply to any network,
+//
+// - multi-step loss (MSL): for the first multi_step_loss_steps meta-steps the
+//   objective is sum_k w_k L(phi_k, D_test) over the K inner steps, the
+//   weights moving linearly from 1/K each to the last step (the others end at
+//   0.03 / K, the paper's floor); after that the last step's loss alone;
+// - learned per-layer per-step inner learning rates (LSLR): alpha_{k,i} for
+//   step k and parameter piece i, stored as their logarithms, a [K, pieces]
+//   meta-parameter that starts at log(inner_loop.learning_rate). Antoniou et
+//   al. store the rates as they are; with Adam's 1e-3 steps on a rate of
+//   0.01 that moved each rate by a tenth per meta-step and diverged (a NaN
+//   within 1,500 steps on sinusoids), while logarithms move them by a
+//   thousandth and keep them positive, as PLATIPUS's gamma;
+// - derivative-order annealing (DA): first order for the first
+//   first_order_steps meta-steps, second order after;
+// - cosine annealing of the meta learning rate from meta_optimizer's to
+//   min_meta_learning_rate over meta_learning_rate_annealing_steps.
+//
+// Its batch-norm fixes (per-step statistics and biases) wait for networks
+// with batch norm.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <numbers>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "platipus/meta/inner_loop.hpp"
+#include "platipus/meta/meta_learner.hpp"
+
+namespace platipus {
+
+struct MamlPlusPlusSettings {
+  InnerLoop inner_loop{};            // K steps; learning_rate starts every learned rate; no noise
+  int multi_step_loss_steps = 1000;  // MSL's length in meta-steps (0: the last step's loss only)
+  int first_order_steps = 1000;      // DA: first order for this many meta-steps
+  int meta_learning_rate_annealing_steps = 0;  // the cosine's length (0: a constant rate)
+  double min_meta_learning_rate = 1e-5;        // where the cosine ends
+  optim::AdamSettings meta_optimizer{};
+  int threads = 0;      // threads over the tasks of a meta-batch; 0: B::default_threads()
+  int task_chunks = 0;  // as MamlSettings::task_chunks
+};
+
+// MAML++'s meta-parameters (the checkpoint's names).
+struct MamlPlusPlusNames {
+  enum Part : int { theta = 0, log_learning_rates, part_count };
+  static constexpr std::array<std::string_view, part_count> part_names{"theta",
+                                                                       "log_learning_rates"};
+};
+
+template <class M, class L, class T = float, class B = cpu>
+requires Model<M, T, B> && Loss<L, T, B>
+class MamlPlusPlusObjective
+    : public ObjectiveBase<M, L, T, B, MamlPlusPlusSettings, MamlPlusPlusNames> {
+  using Base = ObjectiveBase<M, L, T, B, MamlPlusPlusSettings, MamlPlusPlusNames>;
+  using Base::loss_, Base::model_, Base::settings_;
+
+ public:
+  using typename Base::Parts;
+  using enum MamlPlusPlusNames::Part;
+  static constexpr std::string_view name = "MamlPlusPlus";
+
+  MamlPlusPlusObjective(M model, L loss, MamlPlusPlusSettings settings)
+      : Base(std::move(model), std::move(loss), settings) {
+    settings.inner_loop.validate_without_noise(name);
+    check(settings.inner_loop.learning_rate > 0, name,
+          "inner_loop.learning_rate must be positive (the rates are learned as logarithms), got {}",
+          settings.inner_loop.learning_rate);
+    check(settings.multi_step_loss_steps >= 0, name,
+          "multi_step_loss_steps must be non-negative, got {}", settings.multi_step_loss_steps);
+    check(settings.first_order_steps >= 0, name, "first_order_steps must be non-negative, got {}",
+          settings.first_order_steps);
+    check(settings.meta_learning_rate_annealing_steps >= 0, name,
+          "meta_learning_rate_annealing_steps must be non-negative, got {}",
+          settings.meta_learning_rate_annealing_steps);
+    check(settings.min_meta_learning_rate >= 0 &&
+              settings.min_meta_learning_rate <= settings.meta_optimizer.learning_rate,
+          name, "min_meta_learning_rate must be in [0, meta_optimizer.learning_rate = {}], got {}",
+          settings.meta_optimizer.learning_rate, settings.min_meta_learning_rate);
+  }
+
+  Parts initialize(Generator& init) const {
+    const auto pieces = static_cast<std::int64_t>(model_.layout().specs().size());
+    return {model_.template initialize<T, B>(init),
+            Tensor<T, B>::full(Shape{settings_.inner_loop.steps, pieces},
+                               static_cast<T>(std::log(settings_.inner_loop.learning_rate)))};
+  }
+
+  // The weights w_1..w_K of the query losses after each inner step at
+  // meta-step `step` (Antoniou et al.'s per-step loss importance).
+  std::vector<double> multi_step_weights(int step) const {
+    const int k = settings_.inner_loop.steps;
+    std::vector<double> w(static_cast<std::size_t>(std::max(k, 1)), 0.0);
+    const double a = settings_.multi_step_loss_steps;
+    if (k <= 1 || step >= a) {
+      w.back() = 1;
+      return w;
+    }
+    const double floor = 0.03 / k, progress = step / a;
+    for (int i = 0; i + 1 < k; ++i)
+      w[static_cast<std::size_t>(i)] = std::max(1.0 / k - progress / k, floor);
+    w.back() = std::min(1.0 / k + progress * (k - 1) / k, 1 - (k - 1) * floor);
+    return w;
+  }
+
+  // sum_k w_k L(phi_k, D_test) for the chunk, through the K steps with the
+  // learned rates (first order while DA says so).
+  ChunkTerms<T, B> chunk_terms(std::span<const Var<T, B>> parts, const TaskBatch<T, B>& chunk,
+                               TaskNoise& /*noise*/, const StepSchedule& schedule) const {
+    Tape<T, B>& tape = parts[theta].tape();
+    const auto weights = multi_step_weights(schedule.step);
+    const auto xq = tape.constant(chunk.query_x), yq = tape.constant(chunk.query_y);
+    Var<T, B> objective, query, support;
+    auto query_loss = [&](const Pieces<T, B>& phi, double weight) {
+      query = task_loss(model_, loss_, phi, xq, yq);
+      const auto term = weight == 1 ? query : query * weight;
+      objective = objective.defined() ? objective + term : term;
+    };
+    descend(
+        parts[theta], parts[log_learning_rates], chunk.support_x, chunk.support_y, chunk.tasks(),
+        schedule.step >= settings_.first_order_steps,
+        [&](int k, const Pieces<T, B>& phi, const Var<T, B>& support_loss) {
+          if (k == 0) support = support_loss;
+          if (const double w = weights[static_cast<std::size_t>(k)]; w > 0) query_loss(phi, w);
+        },
+        [&](const Pieces<T, B>& theta_pieces) { query_loss(theta_pieces, 1); });
+    return {.objective = objective, .query = query, .support = support, .kl = {}};
+  }
+
+  // The step count while anything anneals, and the cosine's factor.
+  StepSchedule schedule(const std::function<int()>& steps) const {
+    const int annealing = annealing_steps();
+    if (annealing == 0) return {};
+    const int step = steps();
+    return {.step = step, .meta_learning_rate_scale = learning_rate_scale(step)};
+  }
+
+  std::string replay_obstacle(const std::function<int()>& steps) const {
+    if (const int annealing = annealing_steps(); annealing > 0 && steps() < annealing)
+      return fmt::format(
+          "the multi-step loss, derivative order or meta learning rate still anneal (step {} of "
+          "{}) and a recording fixes them",
+          steps(), annealing);
+    return {};
+  }
+
+  // Parameters adapted to each task's support set with the learned rates: [tasks, P].
+  Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
+                        const Tensor<T, B>& support_y, Generator& /*gen*/) const {
+    check_support_set(support_x, "MamlPlusPlus::adapt");
+    Tape<T, B> tape;
+    Pieces<T, B> adapted;
+    descend(
+        tape.variable(parts[theta]), tape.constant(parts[log_learning_rates]), support_x, support_y,
+        support_x.dim(0), false,
+        [&](int, const Pieces<T, B>& phi, const Var<T, B>&) { adapted = phi; },
+        [&](const Pieces<T, B>& theta_pieces) { adapted = theta_pieces; });
+    return flat_values(adapted, model_.layout());
+  }
+
+ private:
+  // The last meta-step at which something still anneals.
+  int annealing_steps() const {
+    return std::max({settings_.multi_step_loss_steps, settings_.first_order_steps,
+                     settings_.meta_learning_rate_annealing_steps});
+  }
+
+  double learning_rate_scale(int step) const {
+    const int t = settings_.meta_learning_rate_annealing_steps;
+    if (t == 0) return 1;
+    const double high = settings_.meta_optimizer.learning_rate,
+                 low = settings_.min_meta_learning_rate,
+                 progress = std::min(step, t) / static_cast<double>(t);
+    return (low + (high - low) * (1 + std::cos(std::numbers::pi * progress)) / 2) / high;
+  }
+
+  // The K steps from theta with the rates exp(log_rates) [K, pieces]; after step
+  // k, after_step(k, phi_k, support loss at phi_{k-1}); with no steps,
+  // no_steps(theta's pieces per task).
+  template <class AfterStep, class NoSteps>
+  void descend(const Var<T, B>& theta_var, const Var<T, B>& log_rates,
+               const Tensor<T, B>& support_x, const Tensor<T, B>& support_y, std::int64_t tasks,
+               bool second_order, AfterStep&& after_step, NoSteps&& no_steps) const {
+    Tape<T, B>& tape = theta_var.tape();
+    const auto& shapes = model_.layout().shapes();
+    Pieces<T, B> phi = per_task(theta_var, model_.layout(), tasks);
+    if (settings_.inner_loop.steps == 0) return no_steps(phi);
+    const auto x = tape.constant(support_x), y = tape.constant(support_y);
+    for (int k = 0; k < settings_.inner_loop.steps; ++k) {
+      // alpha_{k,i} as a [1, 1, ...] piece that broadcasts over [tasks, shape_i].
+      Pieces<T, B> step_rates;
+      const auto row = exp(slice(log_rates, 0, k, 1));
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        Shape ones{1};
+        for (int d = 0; d < shapes[i].rank(); ++d) ones.push_back(1);
+        step_rates.push_back(reshape(slice(row, 1, static_cast<std::int64_t>(i), 1), ones));
+      }
+      auto next = inner_step(model_, loss_, std::move(phi), x, y, settings_.inner_loop,
+                             {.create_graph = second_order, .rates = &step_rates});
+      phi = std::move(next.params);
+      after_step(k, phi, next.initial_loss);
+    }
+  }
+};
+
+template <class M, class L, class T = float, class B = cpu>
+using MamlPlusPlus = MetaLearner<MamlPlusPlusObjective<M, L, T, B>>;
+
+}  // namespace platipus
