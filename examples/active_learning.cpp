@@ -141,7 +141,7 @@ nlohmann::json run(const RegressionLearners& learners, const Protocol& p, std::u
   nlohmann::json curves = nlohmann::json::array(), examples = nlohmann::json::array();
   for (const auto& l : learners_) {
     nlohmann::json points = nlohmann::json::array();
-    for (const auto& e : l.errors) points.push_back(estimate(e).json());
+    for (const auto& e : l.errors) points.push_back(as_json(estimate(e)));
     curves.push_back({{"learner", l.name}, {"mse", points}});
   }
   // The paper's comparison, paired by task: PLATIPUS by variance minus MAML at
@@ -151,7 +151,7 @@ nlohmann::json run(const RegressionLearners& learners, const Protocol& p, std::u
     std::vector<double> difference;
     for (std::size_t t = 0; t < learners_[0].errors[q].size(); ++t)
       difference.push_back(learners_[0].errors[q][t] - learners_[1].errors[q][t]);
-    paired.push_back(estimate(difference).json());
+    paired.push_back(as_json(estimate(difference)));
   }
   // Figure 5: PLATIPUS's choices and its samples after the last query, for a few tasks.
   const Learner& active = learners_[0];

@@ -35,9 +35,9 @@ struct Run {
   std::string checkpoint;  // the file --eval-only reads
   long eval_tasks, samples;
   io::MetricsLog* log;  // null with --eval-only
-  std::optional<io::Checkpoint<T, B>> loaded;
-  std::deque<Tensor<T, B>> saved;  // stable addresses for save_checkpoint
-  std::vector<std::pair<std::string, const Tensor<T, B>*>> named;
+  std::optional<io::Checkpoint<T, B>> loaded = {};
+  std::deque<Tensor<T, B>> saved = {};  // stable addresses for save_checkpoint
+  std::vector<std::pair<std::string, const Tensor<T, B>*>> named = {};
   nlohmann::json results = nlohmann::json::object();
 
   template <class Learner>
@@ -95,9 +95,9 @@ struct Run {
             std::span(y).subspan(static_cast<std::size_t>(t * n), static_cast<std::size_t>(n)),
             RegressionOptions::noise_std()));
     }
-    return {{"mse", estimate_of(scores, &RegressionScores::mse).json()},
-            {"nll", estimate_of(scores, &RegressionScores::nll).json()},
-            {"coverage90", estimate_of(scores, &RegressionScores::coverage).json()}};
+    return {{"mse", as_json(estimate_of(scores, &RegressionScores::mse))},
+            {"nll", as_json(estimate_of(scores, &RegressionScores::nll))},
+            {"coverage90", as_json(estimate_of(scores, &RegressionScores::coverage))}};
   }
 };
 
@@ -183,43 +183,29 @@ int main(int argc, char** argv) {
   RegressionOptions options;
   options.add_flags(app);
   std::vector<std::string> chosen = all_algorithms;
-  std::string out = "out/algorithms", checkpoint;
-  bool quick = false, eval_only = false;
-  long eval_tasks = 600, samples = 10;
   app.add_option("--algorithm", chosen, "the algorithms to run, comma-separated (default: all)")
       ->delimiter(',')
       ->check(CLI::IsMember(all_algorithms));
-  app.add_option("--out", out, "output directory (metrics, results, checkpoint)")
-      ->check(output_directory);
-  app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
-  app.add_option("--checkpoint", checkpoint,
-                 "checkpoint file to write (default DIR/checkpoint.safetensors) or, with "
-                 "--eval-only, to read");
-  app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint and evaluate")
-      ->needs(app.get_option("--checkpoint"));
-  app.add_option("--eval-tasks", eval_tasks, "held-out tasks for the reported MSE")
-      ->check(CLI::Range(1L, 100'000L));
-  app.add_option("--samples", samples, "PLATIPUS samples per task")->check(CLI::Range(1L, 1'000L));
+  RunFlags flags("out/algorithms");
+  flags.add_flags(app);
   CLI11_PARSE(app, argc, argv);
-  if (quick) {
-    if (app.count("--steps") == 0) options.steps = 200;
-    if (app.count("--eval-tasks") == 0) eval_tasks = 100;
-  }
+  flags.apply_quick(app, options);
+  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = flags;
   try {
     const fs::path dir(out);
     if (!eval_only) check_memory(options, paper_network().layout().size());
     std::optional<io::MetricsLog> log;
     if (!eval_only) log.emplace(dir, "train");
-    Run run{options,    eval_only,
-            checkpoint, eval_tasks,
-            samples,    log ? &*log : nullptr,
-            {},         {},
-            {},         nlohmann::json::object()};
+    Run run{.options = options,
+            .eval_only = eval_only,
+            .checkpoint = checkpoint,
+            .eval_tasks = eval_tasks,
+            .samples = samples,
+            .log = log ? &*log : nullptr};
     run_algorithms(chosen, options, run);
     nlohmann::json record{{"results", run.results}, {"options", options.json()}};
     if (!eval_only) {
-      const fs::path path =
-          checkpoint.empty() ? dir / "checkpoint.safetensors" : fs::path(checkpoint);
+      const fs::path path = checkpoint_file(checkpoint, dir);
       io::save_checkpoint(path, paper_network().layout(), run.named,
                           {{"options", options.json()}, {"run_id", run_id()}});
       record["checkpoint"] = {{"file", path.string()}, {"run_id", run_id()}};

@@ -86,9 +86,9 @@ nlohmann::json evaluate(const CircleLearners& learners, long tasks, long samples
       });
   nlohmann::json results{{"tasks", tasks}, {"query_points", 100}, {"samples", samples}};
   for (const auto& [learner, s] : scores)
-    results[learner] = {{"accuracy", estimate_of(s, &ClassificationScores::accuracy).json()},
-                        {"nll", estimate_of(s, &ClassificationScores::nll).json()},
-                        {"ece", estimate_of(s, &ClassificationScores::ece).json()}};
+    results[learner] = {{"accuracy", as_json(estimate_of(s, &ClassificationScores::accuracy))},
+                        {"nll", as_json(estimate_of(s, &ClassificationScores::nll))},
+                        {"ece", as_json(estimate_of(s, &ClassificationScores::ece))}};
   return results;
 }
 
@@ -132,25 +132,14 @@ int main(int argc, char** argv) {
   CLI::App app{
       "1-shot 2-D classification of circles: MAML vs PLATIPUS (Finn, Xu, Levine 2018, Figure 7)"};
   Options o;
-  std::string out = "out/circles", checkpoint;
-  bool quick = false, eval_only = false, no_plot = false;
-  long eval_tasks = 600, samples = 10;
   o.add_flags(app);
-  app.add_option("--out", out, "output directory")->check(output_directory);
-  app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
-  app.add_option(
-      "--checkpoint", checkpoint,
-      "checkpoint to write (default DIR/checkpoint.safetensors) or, with --eval-only, to read");
-  app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint")
-      ->needs(app.get_option("--checkpoint"));
-  app.add_option("--eval-tasks", eval_tasks, "held-out tasks")->check(CLI::Range(1L, 100'000L));
-  app.add_option("--samples", samples, "PLATIPUS samples per task")->check(CLI::Range(1L, 1'000L));
+  RunFlags run("out/circles");
+  run.add_flags(app);
+  bool no_plot = false;
   app.add_flag("--no-plot", no_plot, "do not call the plot script");
   CLI11_PARSE(app, argc, argv);
-  if (quick) {
-    if (app.count("--steps") == 0) o.steps = 200;
-    if (app.count("--eval-tasks") == 0) eval_tasks = 100;
-  }
+  run.apply_quick(app, o);
+  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
   try {
     const fs::path dir(out);
     const auto learners =

@@ -25,6 +25,7 @@
 #include "backend.hpp"
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
+#include "platipus/io/training_run.hpp"
 #include "platipus/platipus.hpp"
 
 namespace examples {
@@ -67,19 +68,12 @@ class Progress {
   long last_tenth_ = -1;
 };
 
-// Mean and the half-width of a normal-approximation 95% interval.
-struct Estimate {
-  double mean = 0, interval = 0;
-  nlohmann::json json() const { return {{"mean", mean}, {"ci95", interval}}; }
-  std::string text() const { return fmt::format("{:.3f} +- {:.3f}", mean, interval); }
-};
+using platipus::Estimate;
+using platipus::estimate;
 
-inline Estimate estimate(const std::vector<double>& values) {
-  const double n = static_cast<double>(values.size());
-  double mean = 0, variance = 0;
-  for (double v : values) mean += v / n;
-  for (double v : values) variance += (v - mean) * (v - mean) / std::max(1.0, n - 1);
-  return {mean, 1.96 * std::sqrt(variance / n)};
+// An estimate as results.json stores it.
+inline nlohmann::json as_json(const Estimate& e) {
+  return {{"mean", e.mean}, {"ci95", e.interval}};
 }
 
 // The estimate over tasks of one of their scores (e.g. &RegressionScores::mse).
@@ -314,6 +308,45 @@ struct TrainingOptions {
   }
 };
 
+// The flags an experiment program has beside the training settings: where
+// it writes, its checkpoint, a quick smoke run, evaluation only, the
+// held-out tasks and the samples per task of the sampling learners.
+struct RunFlags {
+  std::string out, checkpoint;
+  bool quick = false, eval_only = false;
+  long eval_tasks = 600, samples = 10;
+
+  explicit RunFlags(std::string default_out) : out(std::move(default_out)) {}
+
+  void add_flags(CLI::App& app) {
+    app.add_option("--out", out, "output directory (metrics, results, figures, checkpoint)")
+        ->check(output_directory);
+    app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
+    app.add_option("--checkpoint", checkpoint,
+                   "checkpoint file to write (default DIR/checkpoint.safetensors) or, with "
+                   "--eval-only, to read");
+    app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint and evaluate")
+        ->needs(app.get_option("--checkpoint"));
+    app.add_option("--eval-tasks", eval_tasks, "held-out tasks for the reported scores")
+        ->check(CLI::Range(1L, 100'000L));
+    app.add_option("--samples", samples, "samples per task of PLATIPUS and MAML + noise")
+        ->check(CLI::Range(1L, 1'000L));
+  }
+
+  // After parsing: --quick's step and task counts where the command line
+  // gave none.
+  void apply_quick(const CLI::App& app, TrainingOptions& o) {
+    if (!quick) return;
+    if (app.count("--steps") == 0) o.steps = 200;
+    if (app.count("--eval-tasks") == 0) eval_tasks = 100;
+  }
+};
+
+// The checkpoint a training run writes: --checkpoint, or DIR/checkpoint.safetensors.
+inline fs::path checkpoint_file(const std::string& checkpoint, const fs::path& out) {
+  return checkpoint.empty() ? out / "checkpoint.safetensors" : fs::path(checkpoint);
+}
+
 // The paper's three learners of one network and one loss, starting from the
 // same initial weights: MAML, MAML + noise, PLATIPUS.
 template <class Loss>
@@ -384,16 +417,11 @@ double train_learner(platipus::io::MetricsLog& log, const std::string& name, Lea
                      const Sampler& sampler, const TrainingOptions& o, std::uint64_t stream) {
   platipus::Generator gen(o.seed, stream);
   Progress progress(name, o.steps);
-  platipus::meta_train(learner, sampler, gen,
-                       {.steps = o.steps, .meta_batch = o.meta_batch, .name = name},
-                       [&](const platipus::TrainingRecord& r) {
-                         log.record({{"learner", name},
-                                     {"step", r.step},
-                                     {"query_loss", r.query_loss},
-                                     {"kl", r.kl},
-                                     {"seconds", progress.seconds()}});
-                         progress.update(r.step, fmt::format("query loss {:.3f}", r.query_loss));
-                       });
+  platipus::io::train_and_record(
+      learner, sampler, gen, {.steps = o.steps, .meta_batch = o.meta_batch, .name = name}, log, {},
+      [&](const platipus::TrainingRecord& r) {
+        progress.update(r.step, fmt::format("query loss {:.3f}", r.query_loss));
+      });
   return progress.seconds();
 }
 
@@ -454,8 +482,7 @@ Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss
     fmt::print(stderr, "loaded {}\n", checkpoint);
   } else {
     train(learners, sampler, o, out);
-    const fs::path path =
-        checkpoint.empty() ? out / "checkpoint.safetensors" : fs::path(checkpoint);
+    const fs::path path = checkpoint_file(checkpoint, out);
     save_learners(path, {{"options", settings}, {"run_id", run_id()}}, learners);
     learners.checkpoint = {{"file", path.string()}, {"run_id", run_id()}, {"options", settings}};
     fmt::print(stderr, "saved {}\n", path.string());

@@ -61,15 +61,15 @@ nlohmann::json evaluate(const RegressionLearners& learners, long tasks, long sam
                          {"samples", samples},
                          {"noise_std", noise}};
   for (const auto& [learner, s] : scores)
-    results[learner] = {{"mse", estimate_of(s, &RegressionScores::mse).json()},
-                        {"nll", estimate_of(s, &RegressionScores::nll).json()},
-                        {"coverage90", estimate_of(s, &RegressionScores::coverage).json()}};
-  results["platipus"]["mse_per_sample"] = estimate(per_sample_mse).json();
+    results[learner] = {{"mse", as_json(estimate_of(s, &RegressionScores::mse))},
+                        {"nll", as_json(estimate_of(s, &RegressionScores::nll))},
+                        {"coverage90", as_json(estimate_of(s, &RegressionScores::coverage))}};
+  results["platipus"]["mse_per_sample"] = as_json(estimate(per_sample_mse));
   // PLATIPUS's MSE minus MAML's, paired by task (negative: PLATIPUS is better).
   std::vector<double> difference;
   for (std::size_t t = 0; t < scores["maml"].size(); ++t)
     difference.push_back(scores["platipus"][t].mse - scores["maml"][t].mse);
-  results["platipus_minus_maml_mse"] = estimate(difference).json();
+  results["platipus_minus_maml_mse"] = as_json(estimate(difference));
   return results;
 }
 
@@ -136,26 +136,13 @@ int main(int argc, char** argv) {
       "5-shot sinusoid-or-line regression: MAML vs PLATIPUS (Finn, Xu, Levine 2018, Figure 3)"};
   RegressionOptions options;
   options.add_flags(app);
-  std::string out = "out/sine_line", checkpoint;
-  bool quick = false, eval_only = false, no_plot = false;
-  long eval_tasks = 600, samples = 10;
-  app.add_option("--out", out, "output directory (metrics, results, figures, checkpoint)")
-      ->check(output_directory);
-  app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
-  app.add_option("--checkpoint", checkpoint,
-                 "checkpoint file to write (default DIR/checkpoint.safetensors) or, with "
-                 "--eval-only, to read");
-  app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint and evaluate")
-      ->needs(app.get_option("--checkpoint"));
-  app.add_option("--eval-tasks", eval_tasks, "held-out tasks for the reported MSE")
-      ->check(CLI::Range(1L, 100'000L));
-  app.add_option("--samples", samples, "PLATIPUS samples per task")->check(CLI::Range(1L, 1'000L));
+  RunFlags run("out/sine_line");
+  run.add_flags(app);
+  bool no_plot = false;
   app.add_flag("--no-plot", no_plot, "do not call the plot script");
   CLI11_PARSE(app, argc, argv);
-  if (quick) {
-    if (app.count("--steps") == 0) options.steps = 200;
-    if (app.count("--eval-tasks") == 0) eval_tasks = 100;
-  }
+  run.apply_quick(app, options);
+  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
   try {
     const fs::path dir(out);
     const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);

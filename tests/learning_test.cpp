@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "platipus/io/checkpoint.hpp"
+#include "platipus/io/training_run.hpp"
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
@@ -1047,4 +1048,75 @@ TEST_CASE("ANIL, Reptile and MAML++ refuse settings that make no sense, naming t
           small_network(), MseLoss{},
           {.min_meta_learning_rate = 1, .meta_optimizer = {.learning_rate = 1e-3}}, init)),
       Contains("min_meta_learning_rate"));
+}
+
+TEST_CASE("estimate gives the mean and 1.96 standard errors, and refuses no values",
+          "[evaluation]") {
+  const std::vector<double> values{1, 2, 3, 4};
+  const Estimate e = estimate(values);
+  CHECK(e.mean == Approx(2.5));
+  CHECK(e.interval == Approx(1.96 * std::sqrt(5.0 / 3.0) / 2));  // sample std over sqrt(n)
+  CHECK(e.text() == "2.500 +- 1.265");
+  CHECK(estimate(std::vector<double>{7}).interval == 0);
+  CHECK_THROWS_WITH(estimate(std::vector<double>{}), Catch::Contains("no values"));
+}
+
+TEST_CASE("held_out_losses gives each task's loss after adaptation, batch by batch",
+          "[evaluation]") {
+  const Sampler sampler({.support = 5, .query = 8});
+  Generator init(1), gen(2), by_hand(2);
+  const Maml<nn::Sequential, MseLoss> maml(
+      small_network(), MseLoss{}, {.inner_loop = {.steps = 2, .learning_rate = 0.01}, .threads = 1},
+      init);
+  const auto losses = held_out_losses(maml, sampler, 30, gen, 20);
+  REQUIRE(losses.size() == 30);
+  // The same tasks and adaptation as evaluate() on the two batches, 20 then 10 tasks.
+  for (const auto& [first, count] : {std::pair{0, 20}, std::pair{20, 10}}) {
+    const auto batch = sampler.sample(count, by_hand);
+    const double mean = maml.evaluate(batch, by_hand);
+    const double ours =
+        std::accumulate(losses.begin() + first, losses.begin() + first + count, 0.0) / count;
+    CHECK(ours == Approx(mean).epsilon(1e-6));
+  }
+  CHECK(losses[0] != losses[1]);
+  CHECK_THROWS_WITH(held_out_losses(maml, sampler, 0, gen), Catch::Contains("tasks"));
+}
+
+TEST_CASE("train_and_record appends a metrics row per record and saves checkpoints on schedule",
+          "[training][io]") {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("platipus-training-run-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const Sampler sampler({.support = 5, .query = 5});
+  Generator init(3), gen(4), fresh_init(9);
+  const MamlSettings settings{.inner_loop = {.steps = 1, .learning_rate = 0.01}, .threads = 1};
+  Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, settings, init);
+  io::MetricsLog log(dir, "train");
+  std::vector<std::int64_t> checkpoint_steps;
+  const fs::path file = dir / "maml.safetensors";
+  io::train_and_record(
+      maml, sampler, gen, {.steps = 30, .meta_batch = 4, .record_every = 4, .name = "maml"}, log,
+      {.file = file, .every = 10, .metadata = {{"note", "test"}}}, [&](const TrainingRecord& r) {
+        if (!fs::exists(file)) return;
+        Maml<nn::Sequential, MseLoss> reader(small_network(), MseLoss{}, settings, fresh_init);
+        const auto metadata = io::load(file, reader);
+        if (checkpoint_steps.empty() ||
+            checkpoint_steps.back() != metadata["step"].get<std::int64_t>())
+          checkpoint_steps.push_back(metadata["step"]);
+        CHECK(metadata["note"] == "test");
+        CHECK(r.step >= checkpoint_steps.back());
+      });
+  // Records at 4, 8, ..., 28 and 30; checkpoints at the first record past 10, 20 and at the end.
+  CHECK(log.rows().size() == 8);
+  CHECK(log.rows().back()["learner"] == "maml");
+  CHECK(log.rows().back()["step"] == 30);
+  CHECK(checkpoint_steps == std::vector<std::int64_t>{12, 20, 30});
+  Maml<nn::Sequential, MseLoss> reader(small_network(), MseLoss{}, settings, fresh_init);
+  io::load(file, reader);
+  CHECK(reader.parameters().to_vector() == maml.parameters().to_vector());
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) ==
+        3);  // no temporaries
+  fs::remove_all(dir);
 }

@@ -6,6 +6,7 @@
 #include "platipus/data/circles.hpp"
 #include "platipus/data/sinusoid_line.hpp"
 #include "platipus/meta/anil.hpp"
+#include "platipus/meta/evaluation.hpp"
 #include "platipus/meta/maml.hpp"
 #include "platipus/meta/maml_plus_plus.hpp"
 #include "platipus/meta/meta_sgd.hpp"
