@@ -1001,10 +1001,19 @@ TEST_CASE(
   CHECK_THAT(learner.replay_obstacle(), Catch::Contains("anneal"));
 }
 
-TEST_CASE("ANIL, Reptile and MAML++ learn sinusoids: adaptation halves the query error",
-          "[anil][reptile][mamlpp][learning]") {
+TEST_CASE(
+    "first-order MAML, ANIL, Reptile and MAML++ learn sinusoids: adaptation halves the query "
+    "error",
+    "[maml][anil][reptile][mamlpp][learning]") {
   const InnerLoop loop{.steps = 5, .learning_rate = 0.01};
   Generator init(1);
+  SECTION("first-order MAML") {
+    Maml<nn::Sequential, MseLoss> learner(
+        small_network(), MseLoss{}, {.inner_loop = loop, .first_order = true, .threads = 2}, init);
+    const auto [before, after] = before_and_after_training(learner);
+    INFO("query MSE before adaptation " << before << ", after " << after);
+    CHECK(after < 0.5 * before);
+  }
   SECTION("ANIL") {
     Anil<nn::Sequential, MseLoss> learner(small_network(), MseLoss{},
                                           {.inner_loop = loop, .threads = 2}, init);
