@@ -358,3 +358,118 @@ TEST_CASE("with the NaN check on, a NaN loss throws naming the loss and shapes",
   NanCheckGuard nan_check;
   CHECK_THROWS_WITH(mse_loss(p, y), Contains("mse_loss") && Contains("nan") && Contains("[2, 1]"));
 }
+
+namespace {
+
+// conv2d by its definition, loop by loop: x [T, N, C, H, W], w [T, Co, C, k, k], b [T, Co].
+std::vector<double> direct_convolution(const Tensor<double>& x, const Tensor<double>& w,
+                                       const Tensor<double>& b, const Window& window) {
+  const auto xv = x.to_vector(), wv = w.to_vector(), bv = b.to_vector();
+  const std::int64_t tasks = x.dim(0), n = x.dim(1), c = x.dim(2), h = x.dim(3), wd = x.dim(4);
+  const std::int64_t co = w.dim(1), k = window.kernel, s = window.stride, p = window.padding;
+  const std::int64_t ho = (h + 2 * p - k) / s + 1, wo = (wd + 2 * p - k) / s + 1;
+  std::vector<double> y;
+  for (std::int64_t t = 0; t < tasks; ++t)
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t o = 0; o < co; ++o)
+        for (std::int64_t r = 0; r < ho; ++r)
+          for (std::int64_t q = 0; q < wo; ++q) {
+            double sum = bv[static_cast<std::size_t>(t * co + o)];
+            for (std::int64_t ch = 0; ch < c; ++ch)
+              for (std::int64_t a = 0; a < k; ++a)
+                for (std::int64_t e = 0; e < k; ++e) {
+                  const std::int64_t row = r * s + a - p, col = q * s + e - p;
+                  if (row < 0 || row >= h || col < 0 || col >= wd) continue;
+                  sum +=
+                      xv[static_cast<std::size_t>((((t * n + i) * c + ch) * h + row) * wd + col)] *
+                      wv[static_cast<std::size_t>((((t * co + o) * c + ch) * k + a) * k + e)];
+                }
+            y.push_back(sum);
+          }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d with per-task filters equals the direct convolution, with stride and padding",
+          "[ops][conv]") {
+  const Window window{.kernel = 3, .stride = 2, .padding = 1};
+  const auto x = normal({2, 3, 2, 7, 6}, 1), w = normal({2, 4, 2, 3, 3}, 2), b = normal({2, 4}, 3);
+  Tape<double> tape;
+  const auto y = conv2d(tape.constant(x), tape.constant(w), tape.constant(b), window);
+  CHECK(y.shape() == Shape{2, 3, 4, 4, 3});
+  const auto expected = direct_convolution(x, w, b, window), got = y.value().to_vector();
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-12));
+  // Filters shared by the tasks: the same as each task's copy of them.
+  const auto shared =
+      conv2d(tape.constant(x), tape.constant(raw::slice(w, 0, 0, 1).reshaped(Shape{4, 2, 3, 3})),
+             V{}, window);
+  const auto first_task = conv2d(tape.constant(raw::slice(x, 0, 0, 1)),
+                                 tape.constant(raw::slice(w, 0, 0, 1)), V{}, window);
+  const auto s = shared.value().to_vector(), f = first_task.value().to_vector();
+  for (std::size_t i = 0; i < f.size(); ++i) CHECK(s[i] == Approx(f[i]).epsilon(1e-12));
+}
+
+TEST_CASE(
+    "conv2d's derivatives in x, the filters and the bias match finite differences, first "
+    "and second order",
+    "[ops][conv][gradcheck]") {
+  const Window window{.kernel = 2, .stride = 1, .padding = 1};
+  check_derivatives(
+      [&](std::span<const V> v) { return sum(square(conv2d(v[0], v[1], v[2], window))); },
+      list(normal({2, 2, 2, 3, 3}, 4), normal({2, 3, 2, 2, 2}, 5), normal({2, 3}, 6)));
+  // Through a nonlinearity and a second layer, as in conv4.
+  check_derivatives(
+      [&](std::span<const V> v) {
+        const auto h = tanh(conv2d(v[0], v[1], V{}, {.kernel = 2, .stride = 2}));
+        return sum(conv2d(h, v[2], V{}, {.kernel = 1}));
+      },
+      list(normal({1, 2, 1, 4, 4}, 7), normal({1, 2, 1, 2, 2}, 8), normal({1, 3, 2, 1, 1}, 9)));
+}
+
+TEST_CASE("max_pool2d takes each window's maximum and routes the gradient to it",
+          "[ops][conv][gradcheck]") {
+  // Distinct values, so every window's maximum is unique.
+  std::vector<double> values(2 * 3 * 4 * 6);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = std::sin(1.7 * static_cast<double>(i) + 0.3);
+  const auto x = Tensor<double>::from_host({2, 3, 4, 6}, values);
+  Tape<double> tape;
+  const auto y = max_pool2d(tape.constant(x), {.kernel = 2, .stride = 2});
+  REQUIRE(y.shape() == Shape{2, 3, 2, 3});
+  const auto got = y.value().to_vector();
+  std::size_t at = 0;
+  for (int plane = 0; plane < 6; ++plane)
+    for (int r = 0; r < 2; ++r)
+      for (int q = 0; q < 3; ++q) {
+        double largest = -1e9;
+        for (int a = 0; a < 2; ++a)
+          for (int e = 0; e < 2; ++e)
+            largest = std::max(
+                largest,
+                values[static_cast<std::size_t>(plane * 24 + (2 * r + a) * 6 + 2 * q + e)]);
+        CHECK(got[at++] == largest);
+      }
+  check_derivatives(
+      [](std::span<const V> v) {
+        return sum(square(max_pool2d(v[0], {.kernel = 2, .stride = 2})));
+      },
+      list(x.clone()));
+}
+
+TEST_CASE("conv2d and max_pool2d refuse shapes that do not fit, naming them",
+          "[ops][conv][errors]") {
+  Tape<double> tape;
+  const auto x = tape.constant(normal({2, 3, 5, 5}, 1));
+  CHECK_THROWS_WITH(conv2d(x, tape.constant(normal({4, 2, 3, 3}, 2)), V{}, {.kernel = 3}),
+                    Contains("3 channels") && Contains("expect 2"));
+  CHECK_THROWS_WITH(conv2d(x, tape.constant(normal({4, 3, 3, 3}, 2)), V{}, {.kernel = 2}),
+                    Contains("square kernels"));
+  CHECK_THROWS_WITH(conv2d(x, tape.constant(normal({4, 3, 7, 7}, 2)), V{}, {.kernel = 7}),
+                    Contains("does not fit"));
+  CHECK_THROWS_WITH(conv2d(x, tape.constant(normal({4, 3, 3, 3}, 2)), tape.constant(normal({5}, 3)),
+                           {.kernel = 3}),
+                    Contains("bias"));
+  CHECK_THROWS_WITH(max_pool2d(x, {.kernel = 2, .stride = 0}), Contains("stride 0"));
+}
