@@ -1129,3 +1129,111 @@ TEST_CASE("train_and_record appends a metrics row per record and saves checkpoin
         3);  // no temporaries
   fs::remove_all(dir);
 }
+
+namespace {
+
+// Few-shot image classification tasks that need adaptation: per task, `ways`
+// random prototype images [1, size, size] with a random class order; each
+// point is its class's prototype plus N(0, 0.3^2) noise; y holds class indices.
+template <class T>
+TaskBatch<T> prototype_tasks(std::int64_t tasks, std::int64_t ways, std::int64_t shots,
+                             std::int64_t queries, std::int64_t size, Generator& gen) {
+  auto draw = [&](std::int64_t per_class, const std::vector<T>& prototypes) {
+    const std::int64_t points = ways * per_class, pixels = size * size;
+    const auto noise = raw::normal<T>({tasks, points, pixels}, gen).to_vector();
+    std::vector<T> x(noise.size()), y;
+    for (std::int64_t t = 0; t < tasks; ++t)
+      for (std::int64_t p = 0; p < points; ++p) {
+        const std::int64_t c = p % ways;
+        y.push_back(static_cast<T>(c));
+        for (std::int64_t i = 0; i < pixels; ++i) {
+          const auto at = static_cast<std::size_t>((t * points + p) * pixels + i);
+          x[at] = prototypes[static_cast<std::size_t>((t * ways + c) * pixels + i)] +
+                  static_cast<T>(0.3) * noise[at];
+        }
+      }
+    return std::pair{Tensor<T>::from_host({tasks, points, 1, size, size}, x),
+                     Tensor<T>::from_host({tasks, points, 1}, y)};
+  };
+  const auto prototypes = raw::normal<T>({tasks, ways, size * size}, gen).to_vector();
+  auto [sx, sy] = draw(shots, prototypes);
+  auto [qx, qy] = draw(queries, prototypes);
+  return {std::move(sx), std::move(sy), std::move(qx), std::move(qy)};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "MAML's meta-gradient through a small convolutional network matches central finite "
+    "differences and differs from first order",
+    "[maml][conv][gradcheck]") {
+  const auto model = nn::conv4({.channels = 1,
+                                .size = 6,
+                                .filters = 2,
+                                .blocks = 1,
+                                .outputs = 2,
+                                .activation = nn::Activation::tanh});
+  Generator data(71), init(72), first_init(72), gen(73);
+  const auto batch = prototype_tasks<double>(2, 2, 1, 2, 6, data);
+  const InnerLoop loop{.steps = 2, .learning_rate = 0.1};
+  using ConvMaml = Maml<nn::Sequential, SoftmaxCrossEntropyLoss, double>;
+  ConvMaml second(model, SoftmaxCrossEntropyLoss{}, {.inner_loop = loop, .threads = 1}, init);
+  const ConvMaml first(model, SoftmaxCrossEntropyLoss{},
+                       {.inner_loop = loop, .first_order = true, .threads = 1}, first_init);
+  const auto g = second.meta_gradient(batch, gen).to_vector();
+  const auto g_first = first.meta_gradient(batch, gen).to_vector();
+  const auto errors = directional_errors(second, batch, gen, {g, g_first});
+  INFO("worst relative error " << errors[0] << ", first-order gap " << errors[1]);
+  CHECK(errors[0] < 1e-6);
+  CHECK(errors[1] > 1e-3);
+}
+
+TEST_CASE(
+    "MAML with a convolutional network learns few-shot image tasks: accuracy after "
+    "adaptation far above before",
+    "[maml][conv][learning]") {
+  const std::int64_t ways = 3, size = 8;
+  const auto model =
+      nn::conv4({.channels = 1, .size = size, .filters = 4, .blocks = 2, .outputs = ways});
+  Generator init(1), data(2);
+  Maml<nn::Sequential, SoftmaxCrossEntropyLoss> maml(
+      model, SoftmaxCrossEntropyLoss{},
+      {.inner_loop = {.steps = 3, .learning_rate = 0.5}, .threads = 2}, init);
+  for (int step = 0; step < 300; ++step)
+    maml.meta_train_step(prototype_tasks<float>(8, ways, 1, 2, size, data), data);
+  Generator held_out(99);
+  const auto test = prototype_tasks<float>(100, ways, 1, 5, size, held_out);
+  auto accuracy = [&](const Tensor<float>& params) {
+    const auto logits = maml.predict(params, test.query_x).to_vector();
+    const auto labels = test.query_y.to_vector();
+    double correct = 0;
+    for (std::size_t p = 0; p < labels.size(); ++p) {
+      const auto row = logits.begin() + static_cast<std::ptrdiff_t>(p * ways);
+      correct += std::max_element(row, row + ways) - row == static_cast<std::ptrdiff_t>(labels[p]);
+    }
+    return correct / static_cast<double>(labels.size());
+  };
+  const double before = accuracy(maml.parameters());
+  const double after = accuracy(maml.adapt_to(test.support_x, test.support_y, held_out));
+  INFO("query accuracy before adaptation " << before << ", after " << after);
+  CHECK(before < 0.5);
+  CHECK(after > 0.8);
+}
+
+TEST_CASE("Sequential tracks image shapes and refuses layers that do not fit them",
+          "[conv][errors]") {
+  using Catch::Contains;
+  const auto net = nn::conv4({.channels = 3, .size = 84, .filters = 32, .outputs = 5});
+  CHECK(net.input_shape() == Shape{3, 84, 84});
+  CHECK(net.outputs() == 5);
+  // 84 -> 42 -> 21 -> 10 -> 5: 32 x 5 x 5 features into the linear layer.
+  CHECK(net.layout().find("layer13.weight").shape == Shape{32 * 5 * 5, 5});
+  const auto strided =
+      nn::conv4({.channels = 1, .size = 28, .filters = 64, .outputs = 5, .strided = true});
+  CHECK(strided.layout().find("layer9.weight").shape ==
+        Shape{64 * 2 * 2, 5});  // 28 -> 14 -> 7 -> 4 -> 2
+  CHECK_THROWS_WITH(nn::Sequential(Shape{1, 8, 8}).linear(3), Contains("flatten()"));
+  CHECK_THROWS_WITH(nn::Sequential(4).conv2d(2), Contains("images [C, H, W]"));
+  CHECK_THROWS_WITH(nn::Sequential(Shape{1, 2, 2}).conv2d(2, {.kernel = 5}),
+                    Contains("does not fit"));
+}

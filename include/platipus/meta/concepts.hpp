@@ -12,7 +12,8 @@ namespace platipus {
 
 // A batch of tasks, each with a support set D_train = (support_x, support_y)
 // and a query set D_test = (query_x, query_y), with a leading task axis:
-// x is [tasks, points, features], y is [tasks, points, outputs].
+// x is [tasks, points, features] or, for images, [tasks, points, C, H, W];
+// y is [tasks, points, outputs].
 template <class T, class B = cpu>
 struct TaskBatch {
   Tensor<T, B> support_x, support_y, query_x, query_y;
@@ -21,13 +22,17 @@ struct TaskBatch {
 
   // Throws naming the mismatch when the four tensors do not form a batch.
   void validate(std::string_view who) const {
-    check(!support_x.empty() && support_x.rank() == 3 && support_x.dim(1) > 0, who,
-          "the support set is empty or not [tasks, points, features] (got {})", support_x.shape());
+    check(!support_x.empty() && (support_x.rank() == 3 || support_x.rank() == 5) &&
+              support_x.dim(1) > 0,
+          who,
+          "the support set is empty or not [tasks, points, features] or [tasks, points, C, H, "
+          "W] (got {})",
+          support_x.shape());
     check(support_y.rank() == 3 && support_y.dim(0) == support_x.dim(0) &&
               support_y.dim(1) == support_x.dim(1),
           who, "support x {} and y {} do not match", support_x.shape(), support_y.shape());
-    check(query_x.rank() == 3 && query_x.dim(0) == support_x.dim(0) &&
-              query_x.dim(2) == support_x.dim(2),
+    check(query_x.rank() == support_x.rank() && query_x.dim(0) == support_x.dim(0) &&
+              query_x.shape().drop_front(2) == support_x.shape().drop_front(2),
           who, "query x {} does not match support x {}", query_x.shape(), support_x.shape());
     check(
         query_y.rank() == 3 && query_y.dim(0) == query_x.dim(0) && query_y.dim(1) == query_x.dim(1),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "platipus/autodiff.hpp"
+#include "platipus/autodiff/ops/unfold.hpp"
 #include "platipus/nn/parameters.hpp"
 
 namespace platipus::nn {
@@ -68,6 +69,35 @@ struct BiasTransform {
     return concat({expand(x, x_shape), expand(row, v_shape)}, -1);
   }
 };
+
+// y = w * x + b over images x [..., N, C_in, H, W] (autodiff/ops/unfold.hpp):
+// w [C_out, C_in, k, k] initialised from its fan-in C_in k k, b [C_out] zeros.
+struct Conv2d {
+  std::int64_t inputs = 0, outputs = 0;  // channels
+  Window window{};
+  Init init = Init::uniform_fan_in;
+  std::size_t weight = 0, bias = 0;
+
+  void declare(ParamLayout& layout, const std::string& prefix) {
+    const std::int64_t k = window.kernel;
+    weight = layout.add(prefix + ".weight", {outputs, inputs, k, k}, init,
+                        {.in = inputs * k * k, .out = outputs * k * k});
+    bias = layout.add(prefix + ".bias", {outputs}, Init::zeros);
+  }
+
+  template <class T, class B>
+  Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
+    return conv2d(x, pieces[weight], pieces[bias], window);
+  }
+};
+
+// The maximum over each window of images [..., C, H, W]; no parameters.
+struct MaxPool2d {
+  Window window{.kernel = 2, .stride = 2};
+};
+
+// Images [..., N, C, H, W] -> feature vectors [..., N, C H W]; no parameters.
+struct Flatten {};
 
 enum class Activation { none, relu, tanh, sigmoid };
 

@@ -21,20 +21,29 @@ enum class Init {
   he_normal,       // N(0, 2 / fan_in)
 };
 
+// The inputs and outputs that one weight connects, for the initialisers; 0:
+// a weight [fan_in, fan_out...] (Linear's), the rule for a bias or vector.
+struct Fans {
+  std::int64_t in = 0, out = 0;
+};
+
 struct ParamSpec {
   std::string name;
   Shape shape;
   Init init;
   std::int64_t offset;
+  Fans fans{};
 };
 
 class ParamLayout {
  public:
-  // Adds a piece; weights are [fan_in, fan_out]. Returns its index.
-  std::size_t add(std::string name, const Shape& shape, Init init) {
+  // Adds a piece; weights are [fan_in, fan_out] unless `fans` says otherwise
+  // (a convolution's [C_out, C_in, k, k] connects C_in k k inputs to C_out k
+  // k outputs). Returns its index.
+  std::size_t add(std::string name, const Shape& shape, Init init, Fans fans = {}) {
     for (const auto& s : specs_)
       check(s.name != name, "ParamLayout::add", "duplicate parameter name '{}'", name);
-    specs_.push_back({std::move(name), shape, init, size_});
+    specs_.push_back({std::move(name), shape, init, size_, fans});
     shapes_.push_back(shape);
     size_ += shape.numel();
     return specs_.size() - 1;
@@ -56,9 +65,13 @@ class ParamLayout {
     std::vector<T> values(static_cast<std::size_t>(size_), T(0));
     for (const auto& s : specs_) {
       if (s.init == Init::zeros) continue;
-      const double fan_in = static_cast<double>(s.shape.rank() >= 2 ? s.shape[0] : s.shape.numel());
+      const double fan_in = static_cast<double>(s.fans.in > 0         ? s.fans.in
+                                                : s.shape.rank() >= 2 ? s.shape[0]
+                                                                      : s.shape.numel());
       const double fan_out =
-          static_cast<double>(s.shape.rank() >= 2 ? s.shape.numel() / s.shape[0] : 1);
+          static_cast<double>(s.fans.out > 0        ? s.fans.out
+                              : s.shape.rank() >= 2 ? s.shape.numel() / s.shape[0]
+                                                    : 1);
       const auto count = s.shape.numel();
       auto draws = s.init == Init::he_normal ? raw::normal<T>(s.shape, gen).to_vector()
                                              : raw::uniform<T>(s.shape, gen).to_vector();
