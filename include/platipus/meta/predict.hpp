@@ -22,8 +22,9 @@ requires Model<M, T, B> Tensor<T, B> predict(const M& model, const Tensor<T, B>&
         "{} tasks of parameters {} but inputs {}", params.dim(0), params.shape(), x.shape());
   Shape shape = x.shape();  // with a sample axis after the task axis when per_sample
   if (per_sample) {
+    const Shape sample = x.shape().drop_front(1);  // kept: dims() is a view into it
     shape = Shape{x.dim(0), 1};
-    for (auto d : x.shape().drop_front(1).dims()) shape.push_back(d);
+    for (auto d : sample.dims()) shape.push_back(d);
   }
   const Tensor<T, B> inputs = Tensor<T, B>::view(x, shape);
   check(params.dim(-1) == model.layout().size(), "predict",
