@@ -8,6 +8,7 @@
 // (meta/graphed_step.hpp), the batch copied in each time.
 #include <benchmark/benchmark.h>
 
+#include "conv_workloads.hpp"
 #include "platipus/backend/cuda/cuda.hpp"
 #include "platipus/meta/graphed_step.hpp"
 #include "platipus/platipus.hpp"
@@ -125,6 +126,30 @@ BENCHMARK(cuda_platipus_sinusoid_graph<small_network>)
     ->UseRealTime();
 BENCHMARK(cuda_platipus_sinusoid_graph<paper_network>)
     ->Name("cuda_platipus_sinusoid_graph/paper_network")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Second-order MAML on conv4 (conv_workloads.hpp) through cuDNN, eager on
+// one thread; the first step, which chooses cuDNN's algorithms, is not timed.
+template <const conv_workloads::Workload& W>
+void cuda_maml_conv4(benchmark::State& state) {
+  Generator gen(3);
+  Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(
+      conv_workloads::network(W), SoftmaxCrossEntropyLoss{}, conv_workloads::settings(1), gen);
+  const auto batch = conv_workloads::batch<cuda>(W, gen);
+  maml.meta_train_step(batch, gen);
+  cuda::synchronize();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
+    cuda::synchronize();
+  }
+}
+BENCHMARK(cuda_maml_conv4<conv_workloads::miniimagenet>)
+    ->Name("cuda_maml_conv4/miniimagenet")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(cuda_maml_conv4<conv_workloads::omniglot>)
+    ->Name("cuda_maml_conv4/omniglot")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

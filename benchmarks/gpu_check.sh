@@ -15,7 +15,10 @@
 # step's output, compute-sanitizer's memcheck of the tests included). Every step has a time limit inside an overall deadline
 # (DEADLINE seconds, default 540), so the script ends in time even when a
 # step hangs; a failed step is reported and the next one still runs where it
-# can.
+# can. CHECKS picks steps (default "tests examples benchmark peers profile
+# sanitizer"), PEER_WORKLOADS the peers' algorithm:network pairs (default
+# every sinusoid and conv4 workload), BENCHMARK_FILTER the GPU benchmarks
+# (a --benchmark_filter regex, default all).
 set -uo pipefail
 
 : "${OUT:?set OUT to an output folder}"
@@ -27,6 +30,9 @@ JOBS=${JOBS:-$(nproc)}
 ARCH=${CUDA_ARCH:-90} # H100 and H200
 DEADLINE=${DEADLINE:-540}
 PYTHON=${PYTHON:-python3}
+BENCHMARK_FILTER=${BENCHMARK_FILTER:-.}
+CHECKS=${CHECKS:-tests examples benchmark peers profile sanitizer}
+PEER_WORKLOADS=${PEER_WORKLOADS:-maml:small platipus:small platipus:paper maml:conv4-miniimagenet maml:conv4-omniglot}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 NCU=${NCU:-$(command -v ncu || true)}
 SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || true)}
@@ -35,6 +41,7 @@ DETAILS=$OUT/details.log
 START=$SECONDS
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
+checking() { [[ " $CHECKS " == *" $1 "* ]]; }
 
 # run LIMIT LOG COMMAND...: runs COMMAND for at most LIMIT seconds (less when
 # the deadline is nearer), appending its output to LOG; says how it went.
@@ -98,19 +105,22 @@ if [[ -z $PREBUILT ]]; then
 fi
 if [[ $built == yes ]]; then
   BIN=$(cd "$PREBUILT/bin" && pwd)
-  export LD_LIBRARY_PATH=$(cd "$PREBUILT/lib" && pwd):/usr/local/cuda/lib64:/usr/local/cuda/lib:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cublas/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  nvidia=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+  export LD_LIBRARY_PATH=$(cd "$PREBUILT/lib" && pwd):/usr/local/cuda/lib64:/usr/local/cuda/lib:$nvidia/cublas/lib:$nvidia/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   say ""
   say "== programs in $PREBUILT: $(cat "$PREBUILT/built-from.txt" 2>/dev/null)"
   ldd "$BIN"/* | grep 'not found' | sort -u | sed 's/^/  missing: /' | tee -a "$SUMMARY"
 fi
 
-if [[ $built == yes ]]; then
+if [[ $built == yes ]] && checking tests; then
   say ""
   say "== the CUDA tests (each test case's time in tests.log)"
-  run 90 "$OUT/tests.log" "$BIN/platipus_cuda_tests" --durations yes
+  run 150 "$OUT/tests.log" "$BIN/platipus_cuda_tests" --durations yes
   grep -E 'test cases|assertions|FAILED|No tests ran' "$OUT/tests.log" | sort | uniq -c | sed 's/^/  /' |
     tee -a "$SUMMARY" >/dev/null
+fi
 
+if [[ $built == yes ]] && checking examples; then
   say ""
   say "== the examples: sine_line on the GPU and on the CPU, 1000 steps each; circles and active learning on the GPU"
   ex=$OUT/examples
@@ -137,25 +147,29 @@ for program in ("sine_line_cuda", "sine_line"):
     print(f"  {program}: " + "; ".join(cells))
 PY
   tar -czf "$OUT/examples.tar.gz" -C "$OUT" examples && rm -rf "$ex"
+fi
 
+if [[ $built == yes ]] && checking benchmark; then
   say ""
   say "== GPU benchmark (platipus::cuda, float, 25 tasks x 10 + 10 points, 5 inner steps)"
-  run 120 "$DETAILS" "$BIN/platipus_cuda_benchmarks" --benchmark_min_time=0.3 \
+  run 120 "$DETAILS" "$BIN/platipus_cuda_benchmarks" --benchmark_min_time=0.3 --benchmark_filter="$BENCHMARK_FILTER" \
     --benchmark_out="$OUT/benchmark.json" --benchmark_out_format=json
 fi
 
+if checking peers; then
 say ""
-say "== peers on the GPU (benchmarks/peers/meta_step.py --device cuda, one process)"
+say "== peers on the GPU (benchmarks/peers/meta_step.py --device cuda, one process): $PEER_WORKLOADS"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-run 150 "$DETAILS" "$PYTHON" - "$OUT/peers.jsonl" <<'PY'
+run 240 "$DETAILS" "$PYTHON" - "$OUT/peers.jsonl" $PEER_WORKLOADS <<'PY'
 import json, sys, traceback
 sys.path.insert(0, "benchmarks/peers")
 import meta_step
 with open(sys.argv[1], "w") as out:
-    for algorithm, network in (("maml", "small"), ("platipus", "small"), ("platipus", "paper")):
+    for algorithm, network in (w.split(":") for w in sys.argv[2:]):
         for framework, mode in (("torch", "loop"), ("torch", "vmap"), ("jax", "jit")):
             argv = ["--framework", framework, "--mode", mode, "--algorithm", algorithm, "--network", network,
-                    "--device", "cuda", "--warmup", "3", "--repeats", "10" if framework == "torch" else "50"]
+                    "--device", "cuda", "--warmup", "3",
+                    "--repeats", "10" if framework == "torch" else "20" if "conv" in network else "50"]
             try:
                 line = json.dumps(meta_step.measure(meta_step.parser().parse_args(argv)))
             except Exception:
@@ -165,8 +179,9 @@ with open(sys.argv[1], "w") as out:
             out.write(line + "\n")
             out.flush()
 PY
+fi
 
-if [[ $built == yes && -n $NCU ]]; then
+if [[ $built == yes && -n $NCU ]] && checking profile; then
   say ""
   say "== kernel profile of replayed PLATIPUS meta-steps, paper network (ncu, the first 1000 kernels: the warm-up step, then replays)"
   run 60 "$DETAILS" "$NCU" --csv --metrics gpu__time_duration.sum --launch-count 1000 \
@@ -174,7 +189,7 @@ if [[ $built == yes && -n $NCU ]]; then
     --benchmark_filter='cuda_platipus_sinusoid_graph/paper_network' --benchmark_min_time=0.05
 fi
 
-if [[ $built == yes && -n $SANITIZER ]]; then
+if [[ $built == yes && -n $SANITIZER ]] && checking sanitizer; then
   say ""
   say "== the CUDA tests under compute-sanitizer memcheck (the last step: it may run out of time)"
   run 150 "$DETAILS" "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 9 "$BIN/platipus_cuda_tests"
@@ -197,7 +212,10 @@ for b in benchmarks:
     if "first_order:1" in name or "real_time" not in b:
         continue
     threads = next((p.split(":")[1] for p in name.split("/") if p.startswith("threads:")), "?")
-    key = ("maml", "small") if "maml" in name else ("platipus", "paper" if "paper" in name else "small")
+    if "conv4" in name:
+        key = ("maml", "conv4-" + name.split("/")[1])
+    else:
+        key = ("maml", "small") if "maml" in name else ("platipus", "paper" if "paper" in name else "small")
     label = "platipus::cuda graph" if "_graph" in name else f"platipus::cuda {threads} threads"
     rows.setdefault(key, {})[label] = b["real_time"] / (1e6 if b.get("time_unit") == "ns" else 1e3 if b.get("time_unit") == "us" else 1)
 path = os.path.join(out, "peers.jsonl")

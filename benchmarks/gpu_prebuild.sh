@@ -37,9 +37,9 @@ for program in "${programs[@]}"; do
   strip --strip-unneeded "$DIR/bin/${program##*/}"
 done
 # The libraries to carry: what the programs load, less the C and C++
-# runtimes and the CUDA driver, runtime and cuBLAS, which the GPU machine has.
+# runtimes and the CUDA driver, runtime, cuBLAS and cuDNN, which the GPU machine has.
 ldd "$DIR"/bin/* | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
-  grep -Ev '/(ld-linux|libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
+  grep -Ev '/(ld-linux|libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*)\.so' |
   while read -r library; do cp -L "$library" "$DIR/lib/"; done
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes'), built $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release && echo "$PRETTY_NAME"), CUDA architectures $ARCH" \
   >"$DIR/built-from.txt"

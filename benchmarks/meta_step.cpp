@@ -1,8 +1,9 @@
 // One meta-step of second-order MAML and of PLATIPUS on the sinusoid
-// workloads of benchmarks/README.md. The same workloads run in PyTorch and
+// workloads of benchmarks/README.md, and of MAML on conv4. The same workloads run in PyTorch and
 // JAX in benchmarks/peers/ for side-by-side ratios.
 #include <benchmark/benchmark.h>
 
+#include "conv_workloads.hpp"
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
@@ -47,6 +48,24 @@ BENCHMARK(platipus_sinusoid<small_network>)
     ->UseRealTime();
 BENCHMARK(platipus_sinusoid<paper_network>)
     ->Name("platipus_sinusoid/paper_network")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Second-order MAML on conv4 (conv_workloads.hpp), on the default threads.
+template <const conv_workloads::Workload& W>
+void maml_conv4(benchmark::State& state) {
+  Generator gen(3);
+  Maml<nn::Sequential, SoftmaxCrossEntropyLoss> maml(
+      conv_workloads::network(W), SoftmaxCrossEntropyLoss{}, conv_workloads::settings(0), gen);
+  const auto batch = conv_workloads::batch<cpu>(W, gen);
+  for (auto _ : state) benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
+}
+BENCHMARK(maml_conv4<conv_workloads::miniimagenet>)
+    ->Name("maml_conv4/miniimagenet")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(maml_conv4<conv_workloads::omniglot>)
+    ->Name("maml_conv4/omniglot")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

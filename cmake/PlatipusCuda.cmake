@@ -4,7 +4,19 @@ if(NOT PLATIPUS_WITH_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    set(PLATIPUS_CUDA_ENABLED ON)
+    # cuDNN 9 for the convolutions: in the CUDA toolkit's folders, or under CUDNN_ROOT.
+    find_package(CUDAToolkit)
+    find_path(PLATIPUS_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+              PATH_SUFFIXES include)
+    find_library(PLATIPUS_CUDNN_LIBRARY cudnn HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+                 PATH_SUFFIXES lib64 lib)
+    if(PLATIPUS_CUDNN_INCLUDE_DIR AND PLATIPUS_CUDNN_LIBRARY)
+      set(PLATIPUS_CUDA_ENABLED ON)
+    elseif(PLATIPUS_WITH_CUDA STREQUAL "ON")
+      message(FATAL_ERROR "PLATIPUS_WITH_CUDA=ON but cuDNN 9 (cudnn.h, libcudnn) was not found; set CUDNN_ROOT")
+    else()
+      message(STATUS "platipus: cuDNN not found (set CUDNN_ROOT), so no CUDA targets")
+    endif()
   elseif(PLATIPUS_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "PLATIPUS_WITH_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER)")
   endif()
@@ -23,7 +35,8 @@ find_package(CUDAToolkit REQUIRED)
 # compiler). It uses the static CUDA runtime, as CMake links programs with
 # CUDA code by default, so that a program has one runtime, which it shares
 # with the library when it calls the runtime itself.
-add_library(platipus_cuda STATIC src/cuda/kernels.cu src/cuda/runtime.cpp src/cuda/graph.cpp)
+add_library(platipus_cuda STATIC src/cuda/kernels.cu src/cuda/runtime.cpp src/cuda/graph.cpp
+                                 src/cuda/convolution.cpp)
 add_library(platipus::cuda ALIAS platipus_cuda)
 set_target_properties(platipus_cuda PROPERTIES EXPORT_NAME cuda POSITION_INDEPENDENT_CODE ON)
 target_compile_features(platipus_cuda PUBLIC cxx_std_20)
@@ -36,6 +49,8 @@ endif()
 # that kernels call: std::array access and <cmath> functions.
 target_compile_options(platipus_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
 target_link_libraries(platipus_cuda PUBLIC platipus::platipus CUDA::cudart_static PRIVATE CUDA::cublas)
+target_include_directories(platipus_cuda PRIVATE ${PLATIPUS_CUDNN_INCLUDE_DIR})
+target_link_libraries(platipus_cuda PRIVATE ${PLATIPUS_CUDNN_LIBRARY})
 
 # The CUDA tests and benchmark, defined once the top level has enabled
 # testing and defined platipus_project_flags. The tests are one ctest entry,

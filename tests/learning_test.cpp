@@ -1188,6 +1188,35 @@ TEST_CASE(
   CHECK(errors[1] > 1e-3);
 }
 
+TEST_CASE("PLATIPUS's meta-gradient through a small convolutional network matches central "
+          "finite differences",
+          "[platipus][conv][gradcheck]") {
+  using ConvPlatipus = Platipus<nn::Sequential, SoftmaxCrossEntropyLoss, double>;
+  const auto model = nn::conv4({.channels = 1,
+                                .size = 6,
+                                .filters = 2,
+                                .blocks = 1,
+                                .outputs = 2,
+                                .activation = nn::Activation::tanh});
+  Generator data(74), init(75);
+  const auto batch = prototype_tasks<double>(2, 2, 1, 2, 6, data);
+  const PlatipusSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.1},
+                                  .kl_weight = 0.5,
+                                  .initial_prior_variance = 0.05,
+                                  .initial_posterior_variance = 0.02,
+                                  .threads = 1};
+  ConvPlatipus learner(model, SoftmaxCrossEntropyLoss{}, settings, init);
+  const Generator noise(76);  // one fixed draw of the noise for every evaluation
+  auto objective = [&] {
+    Generator gen = noise;
+    MetaStepResult result;
+    learner.meta_gradient(batch, gen, &result);
+    return result.query_loss + settings.kl_weight * result.kl;
+  };
+  Generator gen = noise;
+  check_part_gradients(learner, learner.meta_gradient(batch, gen), objective, 1e-6, 77);
+}
+
 TEST_CASE(
     "MAML with a convolutional network learns few-shot image tasks: accuracy after "
     "adaptation far above before",

@@ -409,6 +409,80 @@ TEST_CASE("conv2d with per-task filters equals the direct convolution, with stri
                                  tape.constant(raw::slice(w, 0, 0, 1)), V{}, window);
   const auto s = shared.value().to_vector(), f = first_task.value().to_vector();
   for (std::size_t i = 0; i < f.size(); ++i) CHECK(s[i] == Approx(f[i]).epsilon(1e-12));
+  // The grouped call equals a loop over the tasks, one convolution each.
+  for (std::int64_t t = 0; t < 2; ++t) {
+    const auto alone =
+        conv2d(tape.constant(raw::slice(x, 0, t, 1)), tape.constant(raw::slice(w, 0, t, 1)),
+               tape.constant(raw::slice(b, 0, t, 1)), window)
+            .value()
+            .to_vector();
+    const auto grouped = raw::slice(y.value(), 0, t, 1).to_vector();
+    for (std::size_t i = 0; i < alone.size(); ++i)
+      CHECK(grouped[i] == Approx(alone[i]).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("conv2d equals the filters times the unfolded windows (unfold, im2col)", "[ops][conv]") {
+  const Window window{.kernel = 2, .stride = 2, .padding = 1};
+  const auto x = normal({3, 2, 2, 5, 4}, 21), w = normal({3, 4, 2, 2, 2}, 22);
+  Tape<double> tape;
+  const auto y = conv2d(tape.constant(x), tape.constant(w), V{}, window);
+  // [T, 1, Co, C k k] x [T, N, C k k, Ho Wo] -> [T, N, Co, Ho Wo]
+  const auto product =
+      matmul(reshape(tape.constant(w), {3, 1, 4, 8}), unfold(tape.constant(x), window));
+  REQUIRE(y.numel() == product.numel());
+  const auto a = y.value().to_vector(), b = product.value().to_vector();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-12));
+}
+
+TEST_CASE(
+    "conv2d_input_grad and conv2d_weight_grad are conv2d's adjoints and match finite "
+    "differences, first and second order",
+    "[ops][conv][gradcheck]") {
+  const Window window{.kernel = 3, .stride = 2, .padding = 1};
+  const Shape x_shape{2, 2, 2, 5, 5}, w_shape{2, 3, 2, 3, 3}, shared_w{3, 2, 3, 3};
+  const auto x = normal(x_shape, 31), w = normal(w_shape, 32), dy = normal({2, 2, 3, 3, 3}, 33);
+  // <dy, w * x> = <conv2d_input_grad(dy, w), x> = <conv2d_weight_grad(x, dy), w>.
+  Tape<double> tape;
+  const auto X = tape.constant(x.clone()), W = tape.constant(w.clone()),
+             DY = tape.constant(dy.clone());
+  const double form = sum(DY * conv2d(X, W, V{}, window)).item();
+  CHECK(sum(conv2d_input_grad(DY, W, x_shape, window) * X).item() == Approx(form).epsilon(1e-12));
+  CHECK(sum(conv2d_weight_grad(X, DY, w_shape, window) * W).item() == Approx(form).epsilon(1e-12));
+  // Each op's derivatives, per-task and shared filters.
+  check_derivatives(
+      [&](std::span<const V> v) {
+        return sum(square(conv2d_input_grad(v[0], v[1], x_shape, window)));
+      },
+      list(dy.clone(), w.clone()));
+  check_derivatives(
+      [&](std::span<const V> v) {
+        return sum(square(conv2d_weight_grad(v[0], v[1], w_shape, window)));
+      },
+      list(x.clone(), dy.clone()));
+  check_derivatives(
+      [&](std::span<const V> v) {
+        return sum(square(conv2d_weight_grad(v[0], v[1], shared_w, window)));
+      },
+      list(x.clone(), dy.clone()));
+  check_derivatives(
+      [&](std::span<const V> v) { return sum(square(conv2d(v[0], v[1], V{}, window))); },
+      list(x.clone(), normal(shared_w, 34)));
+}
+
+TEST_CASE("a tiny conv net's third derivatives match finite differences",
+          "[ops][conv][gradcheck]") {
+  // F(x, w) = <d/dw L(x, w), u> for a fixed direction u: F's first and
+  // second derivatives are L's second and third.
+  const auto u = normal({2, 1, 2, 2}, 43);
+  check_derivatives(
+      [&](std::span<const V> v) {
+        const auto h = tanh(conv2d(v[0], v[1], V{}, {.kernel = 2, .padding = 1}));
+        const auto loss = sum(square(max_pool2d(h, {.kernel = 2, .stride = 2})));
+        const auto g = grad(loss, std::span<const V>(&v[1], 1), {.create_graph = true});
+        return sum(g[0] * v[1].tape().constant(u.clone()));
+      },
+      list(normal({1, 2, 1, 3, 3}, 41), normal({2, 1, 2, 2}, 42)));
 }
 
 TEST_CASE(
@@ -456,6 +530,18 @@ TEST_CASE("max_pool2d takes each window's maximum and routes the gradient to it"
         return sum(square(max_pool2d(v[0], {.kernel = 2, .stride = 2})));
       },
       list(x.clone()));
+  // Overlapping windows (stride 1): an input that is the maximum of several
+  // windows gets each one's gradient.
+  check_derivatives(
+      [](std::span<const V> v) {
+        return sum(square(max_pool2d(v[0], {.kernel = 3, .stride = 1})));
+      },
+      list(x.clone()));
+  // Of equal values, the first in row-major order is the maximum.
+  Tape<double> ties;
+  const auto flat = ties.variable(Tensor<double>::ones({1, 2, 2}));
+  const auto g = grad(sum(max_pool2d(flat, {.kernel = 2, .stride = 2})), flat);
+  CHECK(g.value().to_vector() == std::vector<double>{1, 0, 0, 0});
 }
 
 TEST_CASE("conv2d and max_pool2d refuse shapes that do not fit, naming them",

@@ -10,6 +10,18 @@ Workloads (the same as benchmarks/meta_step.cpp):
             (mu, log sigma2, log v_q, log gamma_p, log gamma_q).
 Networks: small = 1-40-40-1 ReLU; paper = 20-dim bias transformation + 3 x 100 ReLU.
 
+Image workloads (maml only, as benchmarks/conv_workloads.hpp): second-order
+MAML on 5-way 1-shot tasks with 15 queries per class (5 support and 75 query
+images per task), 5 inner SGD steps, softmax cross-entropy, one Adam step, on
+MAML's conv4 (4 blocks of 3x3 convolution with bias, ReLU and 2x2 max pooling,
+then a linear layer; no batch norm, as platipus's conv4 has none yet):
+  conv4-miniimagenet  84x84x3 images, 32 filters, meta-batch 4
+  conv4-omniglot      28x28x1 images, 64 filters, meta-batch 32
+Random images and labels: only the arithmetic is timed. Both frameworks run
+in full float32 (--precision fp32, the default: no TF32 in convolutions or
+matrix products, as platipus computes); --precision tf32 leaves each
+framework's GPU default.
+
 Modes: torch "loop" (the usual per-task Python loop, eager), torch "vmap"
 (torch.func / functorch vmap over tasks, eager), jax "jit" (jit + vmap).
 
@@ -24,6 +36,9 @@ import statistics
 import time
 
 TASKS, POINTS, INNER_STEPS, ALPHA, KL_WEIGHT = 25, 10, 5, 0.01, 1.5
+# network: (channels, size, filters, meta-batch); 5-way 1-shot, 15 queries per class.
+CONV_NETWORKS = {"conv4-miniimagenet": (3, 84, 32, 4), "conv4-omniglot": (1, 28, 64, 32)}
+WAYS, SHOTS, QUERIES = 5, 1, 15
 
 
 def layer_sizes(network):
@@ -153,18 +168,156 @@ def run_torch(args):
                 batched(meta, *batch, eps).mean().backward()
                 optimizer.step()
 
+    return meta_step
+
+
+def torch_timed(torch, device, meta_step):
+    """A timed() that runs meta_step once, waiting for the GPU on both sides."""
     def timed():
-        if device.type == "cuda":
+        if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
         meta_step()
-        if device.type == "cuda":
+        if device == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - start
     return timed
 
 
+def conv_shapes(network):
+    """[(weight shape, bias shape)] of conv4 for a network of CONV_NETWORKS, in OIHW."""
+    channels, size, filters, _ = CONV_NETWORKS[network]
+    shapes = []
+    for _ in range(4):
+        shapes.append(((filters, channels, 3, 3), (filters,)))
+        channels, size = filters, size // 2
+    shapes.append(((filters * size * size, WAYS), (WAYS,)))
+    return shapes
+
+
+def run_torch_conv(args):
+    import torch
+    import torch.nn.functional as F
+    device = torch.device(args.device)
+    channels, size, _, tasks = CONV_NETWORKS[args.network]
+    generator = torch.Generator().manual_seed(0)
+    support, query = WAYS * SHOTS, WAYS * QUERIES
+    xs = torch.randn(tasks, support, channels, size, size, generator=generator).to(device)
+    xq = torch.randn(tasks, query, channels, size, size, generator=generator).to(device)
+    ys = (torch.arange(support) % WAYS).repeat(tasks, 1).to(device)
+    yq = (torch.arange(query) % WAYS).repeat(tasks, 1).to(device)
+    base = []
+    for w_shape, b_shape in conv_shapes(args.network):
+        fan_in = math.prod(w_shape[1:]) if len(w_shape) == 4 else w_shape[0]
+        bound = 1 / math.sqrt(fan_in)
+        base.append(((torch.rand(w_shape, generator=generator) * 2 - 1) * bound).to(device).requires_grad_())
+        base.append(torch.zeros(b_shape, device=device, requires_grad=True))
+    optimizer = torch.optim.Adam(base, lr=1e-3)
+
+    def forward(params, x):
+        for i in range(0, 8, 2):
+            x = F.max_pool2d(F.relu(F.conv2d(x, params[i], params[i + 1], padding=1)), 2)
+        return x.flatten(1) @ params[8] + params[9]
+
+    def loss(params, x, y):
+        return F.cross_entropy(forward(params, x), y)
+
+    if args.mode == "loop":
+        def task_objective(t):
+            fast = base
+            for _ in range(INNER_STEPS):
+                grads = torch.autograd.grad(loss(fast, xs[t], ys[t]), fast, create_graph=True)
+                fast = [p - ALPHA * g for p, g in zip(fast, grads)]
+            return loss(fast, xq[t], yq[t])
+
+        def meta_step():
+            optimizer.zero_grad()
+            (sum(task_objective(t) for t in range(tasks)) / tasks).backward()
+            optimizer.step()
+    else:
+        from torch.func import grad, vmap
+
+        def objective(params, x_s, y_s, x_q, y_q):
+            for _ in range(INNER_STEPS):
+                params = [p - ALPHA * g for p, g in zip(params, grad(loss)(params, x_s, y_s))]
+            return loss(params, x_q, y_q)
+        batched = vmap(objective, in_dims=(None, 0, 0, 0, 0))
+
+        def meta_step():
+            optimizer.zero_grad()
+            batched(base, xs, ys, xq, yq).mean().backward()
+            optimizer.step()
+    return meta_step
+
+
 # ---------------------------------------------------------------- JAX
+def run_jax_conv(args):
+    import jax
+    import jax.numpy as jnp
+    device = jax.devices("gpu" if args.device == "cuda" else "cpu")[0]
+    channels, size, _, tasks = CONV_NETWORKS[args.network]
+    keys = jax.random.split(jax.random.PRNGKey(0), 16)
+    support, query = WAYS * SHOTS, WAYS * QUERIES
+    batch = [jax.device_put(a, device) for a in (
+        jax.random.normal(keys[0], (tasks, support, channels, size, size)),
+        jnp.tile(jnp.arange(support) % WAYS, (tasks, 1)),
+        jax.random.normal(keys[1], (tasks, query, channels, size, size)),
+        jnp.tile(jnp.arange(query) % WAYS, (tasks, 1)))]
+    theta = []
+    for k, (w_shape, b_shape) in zip(keys[2:], conv_shapes(args.network)):
+        fan_in = math.prod(w_shape[1:]) if len(w_shape) == 4 else w_shape[0]
+        bound = 1 / math.sqrt(fan_in)
+        theta += [jax.device_put(jax.random.uniform(k, w_shape, minval=-bound, maxval=bound), device),
+                  jax.device_put(jnp.zeros(b_shape), device)]
+
+    def forward(params, x):
+        for i in range(0, 8, 2):
+            x = jax.lax.conv_general_dilated(x, params[i], (1, 1), ((1, 1), (1, 1)),
+                                             dimension_numbers=("NCHW", "OIHW", "NCHW"))
+            x = jax.nn.relu(x + params[i + 1][None, :, None, None])
+            x = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+        return x.reshape(x.shape[0], -1) @ params[8] + params[9]
+
+    def loss(params, x, y):
+        logp = jax.nn.log_softmax(forward(params, x))
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+    def objective(params, x_s, y_s, x_q, y_q):
+        for _ in range(INNER_STEPS):
+            params = [p - ALPHA * g for p, g in zip(params, jax.grad(loss)(params, x_s, y_s))]
+        return loss(params, x_q, y_q)
+
+    def meta_loss(params, key):  # no sampling: the key is unused
+        return jnp.mean(jax.vmap(objective, in_axes=(None, 0, 0, 0, 0))(params, *batch))
+    return adam_loop(jax, jnp, meta_loss, theta)
+
+
+def adam_loop(jax, jnp, meta_loss, theta):
+    """A timed() that runs one jitted step of Adam (lr 1e-3) on meta_loss(theta, key), a fresh
+    key each step."""
+    @jax.jit
+    def meta_step(theta, m, v, t, key):
+        g = jax.grad(meta_loss)(theta, key)
+        m = [0.9 * a + 0.1 * b for a, b in zip(m, g)]
+        v = [0.999 * a + 0.001 * b * b for a, b in zip(v, g)]
+        theta = [p - 1e-3 * (a / (1 - 0.9 ** t)) / (jnp.sqrt(b / (1 - 0.999 ** t)) + 1e-8)
+                 for p, a, b in zip(theta, m, v)]
+        return theta, m, v
+
+    state = {"theta": theta, "m": [jnp.zeros_like(p) for p in theta],
+             "v": [jnp.zeros_like(p) for p in theta], "t": 0, "key": jax.random.PRNGKey(0)}
+
+    def timed():
+        state["t"] += 1
+        state["key"], key = jax.random.split(state["key"])
+        start = time.perf_counter()
+        theta, m, v = meta_step(state["theta"], state["m"], state["v"], float(state["t"]), key)
+        jax.block_until_ready(theta)
+        state.update(theta=theta, m=m, v=v)
+        return time.perf_counter() - start
+    return timed
+
+
 def run_jax(args):
     import jax
     import jax.numpy as jnp
@@ -215,42 +368,32 @@ def run_jax(args):
         eps = [jax.random.normal(k, (TASKS, *p.shape)) for k, p in zip(jax.random.split(key, count), base)]
         return jnp.mean(jax.vmap(objective, in_axes=(None, 0, 0, 0, 0, 0))(theta, *batch, eps))
 
-    @jax.jit
-    def meta_step(theta, m, v, t, key):  # Adam, lr 1e-3
-        g = jax.grad(meta_loss)(theta, key)
-        m = [0.9 * a + 0.1 * b for a, b in zip(m, g)]
-        v = [0.999 * a + 0.001 * b * b for a, b in zip(v, g)]
-        theta = [p - 1e-3 * (a / (1 - 0.9 ** t)) / (jnp.sqrt(b / (1 - 0.999 ** t)) + 1e-8)
-                 for p, a, b in zip(theta, m, v)]
-        return theta, m, v
-
-    state = {"theta": meta, "m": [jnp.zeros_like(p) for p in meta], "v": [jnp.zeros_like(p) for p in meta],
-             "t": 0, "key": jax.random.PRNGKey(0)}
-
-    def timed():
-        state["t"] += 1
-        state["key"], key = jax.random.split(state["key"])
-        start = time.perf_counter()
-        theta, m, v = meta_step(state["theta"], state["m"], state["v"], float(state["t"]), key)
-        jax.block_until_ready(theta)
-        state.update(theta=theta, m=m, v=v)
-        return time.perf_counter() - start
-    return timed
+    return adam_loop(jax, jnp, meta_loss, meta)
 
 
 def measure(args):
     """Times args' workload: warm-up steps, then the median of args.repeats
     timed steps; returns the result line as a dict."""
     args.mode = args.mode or ("jit" if args.framework == "jax" else "loop")
-    if args.framework == "torch" and args.threads:
+    conv = args.network in CONV_NETWORKS
+    if conv and args.algorithm != "maml":
+        raise SystemExit(f"{args.network}: only --algorithm maml")
+    if args.framework == "torch":
         import torch
-        torch.set_num_threads(args.threads)
-    timed = run_torch(args) if args.framework == "torch" else run_jax(args)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+        timed = torch_timed(torch, args.device, (run_torch_conv if conv else run_torch)(args))
+    else:
+        import jax
+        jax.config.update("jax_default_matmul_precision", "highest" if args.precision == "fp32" else "default")
+        timed = (run_jax_conv if conv else run_jax)(args)
     for _ in range(args.warmup):
         timed()
     times = [timed() for _ in range(args.repeats)]
     return {"framework": args.framework, "mode": args.mode, "algorithm": args.algorithm,
-            "network": args.network, "device": args.device,
+            "network": args.network, "device": args.device, "precision": args.precision,
             "ms_per_step": round(1000 * statistics.median(times), 3), "repeats": args.repeats}
 
 
@@ -259,10 +402,12 @@ def parser():
     result.add_argument("--framework", choices=["torch", "jax"], default="torch")
     result.add_argument("--mode", choices=["loop", "vmap", "jit"], default=None)
     result.add_argument("--algorithm", choices=["maml", "platipus"], default="maml")
-    result.add_argument("--network", choices=["small", "paper"], default="small")
+    result.add_argument("--network", choices=["small", "paper", *CONV_NETWORKS], default="small")
     result.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     result.add_argument("--warmup", type=int, default=3)
     result.add_argument("--repeats", type=int, default=20)
+    result.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
+                        help="fp32: full float32 on the GPU (no TF32); tf32: the framework's GPU default")
     result.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
     return result
 

@@ -18,6 +18,8 @@
 #include "platipus/autodiff/ops/reduce.hpp"
 #include "platipus/autodiff/ops/reshape.hpp"
 #include "platipus/autodiff/ops/softmax.hpp"
+#include "platipus/autodiff/ops/convolution.hpp"
+#include "platipus/autodiff/ops/pooling.hpp"
 #include "platipus/autodiff/ops/unfold.hpp"
 #include "platipus/autodiff/ops/where.hpp"
 #include "platipus/autodiff/tape.hpp"

@@ -7,6 +7,7 @@
 
 using namespace platipus;
 using parity::check_close;
+using parity::image_batch;
 using parity::on_device;
 using parity::sinusoid_batch;
 using parity::small_network;
@@ -104,6 +105,56 @@ TEST_CASE("task-parallel meta-steps on several threads match one thread on the d
   }
   check_close(one.parameters().to<cpu>(), many.parameters(), 1e-9,
               "parameters after three meta-steps");
+}
+
+TEMPLATE_TEST_CASE("MAML and PLATIPUS meta-gradients through conv4 match the CPU backend",
+                   "[cuda][maml][platipus][conv]", float, double) {
+  using T = TestType;
+  const auto model =
+      nn::conv4({.channels = 1, .size = 12, .filters = 4, .blocks = 2, .outputs = 3});
+  const auto batch = image_batch<T>(21, 3, 3, 1, 2, 12);
+  const InnerLoop loop{.steps = 2, .learning_rate = 0.1};
+  SECTION("second-order MAML") {
+    using ConvMaml = Maml<nn::Sequential, SoftmaxCrossEntropyLoss, T, cpu>;
+    using DeviceMaml = Maml<nn::Sequential, SoftmaxCrossEntropyLoss, T, cuda>;
+    Generator host_init(22), device_init(22), host_gen(23), device_gen(23);
+    const ConvMaml host(model, SoftmaxCrossEntropyLoss{}, {.inner_loop = loop, .threads = 1},
+                        host_init);
+    const DeviceMaml device(model, SoftmaxCrossEntropyLoss{}, {.inner_loop = loop, .threads = 1},
+                            device_init);
+    check_close(host.meta_gradient(batch, host_gen),
+                device.meta_gradient(on_device(batch), device_gen), 10 * tolerance<T>,
+                "meta-gradient");
+  }
+  SECTION("PLATIPUS") {
+    using ConvPlatipus = Platipus<nn::Sequential, SoftmaxCrossEntropyLoss, T, cpu>;
+    using DevicePlatipus = Platipus<nn::Sequential, SoftmaxCrossEntropyLoss, T, cuda>;
+    Generator host_init(24), device_init(24), host_gen(25), device_gen(25);
+    const ConvPlatipus host(model, SoftmaxCrossEntropyLoss{}, {.inner_loop = loop, .threads = 1},
+                            host_init);
+    const DevicePlatipus device(model, SoftmaxCrossEntropyLoss{},
+                                {.inner_loop = loop, .threads = 1}, device_init);
+    const auto expected = host.meta_gradient(batch, host_gen);
+    const auto actual = device.meta_gradient(on_device(batch), device_gen);
+    for (int part = 0; part < ConvPlatipus::part_count; ++part)
+      check_close(expected[part], actual[part], 10 * tolerance<T>,
+                  std::string(ConvPlatipus::part_names[part]));
+  }
+}
+
+TEST_CASE("steady-state conv4 meta-steps allocate no device memory", "[cuda][memory][conv]") {
+  const auto batch = on_device(image_batch<float>(26, 4, 5, 1, 3, 28));
+  Generator gen(27);
+  Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(
+      nn::conv4({.channels = 1, .size = 28, .filters = 16, .outputs = 5}),
+      SoftmaxCrossEntropyLoss{}, {.inner_loop = {.steps = 3, .learning_rate = 0.1}, .threads = 1},
+      gen);
+  for (int step = 0; step < 3; ++step) maml.meta_train_step(batch, gen);
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+  for (int step = 0; step < 20; ++step) maml.meta_train_step(batch, gen);
+  REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  CHECK(free_after >= free_before);
 }
 
 TEST_CASE("steady-state meta-steps allocate no device memory", "[cuda][memory]") {

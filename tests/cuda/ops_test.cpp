@@ -271,3 +271,39 @@ TEMPLATE_TEST_CASE("losses and the KL term match the CPU backend", "[cuda][ops][
                      normal<T>({3}, 75, 0, 0.3)));
   }
 }
+
+TEMPLATE_TEST_CASE("convolution and pooling ops match the CPU backend", "[cuda][ops][conv]", float,
+                   double) {
+  using T = TestType;
+  const Window window{.kernel = 3, .stride = 2, .padding = 1};
+  // Several tasks of several images: cuDNN's grouped call with transposes.
+  const Shape x_shape{3, 4, 2, 7, 6}, w_shape{3, 5, 2, 3, 3}, shared_w{5, 2, 3, 3};
+  SECTION("conv2d, per-task filters and bias") {
+    check_op<T>([&](auto x) { return conv2d(x[0], x[1], x[2], window); },
+                list(normal<T>(x_shape, 1), normal<T>(w_shape, 2), normal<T>({3, 5}, 3)));
+  }
+  SECTION("conv2d, shared filters, and a 1x1 convolution") {
+    check_op<T>(
+        [&](auto x) {
+          const auto h = conv2d(x[0], x[1], decltype(x[0]){}, window);
+          return conv2d(h, x[2], decltype(x[0]){}, {.kernel = 1});
+        },
+        list(normal<T>(x_shape, 4), normal<T>(shared_w, 5), normal<T>({3, 5, 5, 1, 1}, 6)));
+  }
+  SECTION("conv2d_input_grad") {
+    check_op<T>([&](auto x) { return conv2d_input_grad(x[0], x[1], x_shape, window); },
+                list(normal<T>({3, 4, 5, 4, 3}, 7), normal<T>(w_shape, 8)));
+  }
+  SECTION("conv2d_weight_grad, per-task and shared") {
+    check_op<T>(
+        [&](auto x) {
+          return conv2d_weight_grad(x[0], x[1], w_shape, window) +
+                 conv2d_weight_grad(x[0], x[1], shared_w, window);
+        },
+        list(normal<T>(x_shape, 9), normal<T>({3, 4, 5, 4, 3}, 10)));
+  }
+  SECTION("max_pool2d") {
+    check_op<T>([](auto x) { return max_pool2d(x[0], {.kernel = 2, .stride = 2}); },
+                list(normal<T>({3, 4, 2, 7, 6}, 11)));
+  }
+}

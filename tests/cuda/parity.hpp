@@ -148,6 +148,22 @@ TaskBatch<T, B> sinusoid_batch(std::uint64_t seed, std::int64_t tasks = 25) {
   return data::SinusoidLineSampler<T, B>({.support = 10, .query = 10}).sample(tasks, gen);
 }
 
+// Few-shot image tasks: random images [tasks, points, 1, size, size] and
+// labels 0..ways-1 in turn, `shots` support and `queries` query points per class.
+template <class T>
+TaskBatch<T> image_batch(std::uint64_t seed, std::int64_t tasks, std::int64_t ways,
+                         std::int64_t shots, std::int64_t queries, std::int64_t size) {
+  Generator gen(seed);
+  const auto labels = [&](std::int64_t points) {
+    std::vector<T> y;
+    for (std::int64_t t = 0; t < tasks; ++t)
+      for (std::int64_t p = 0; p < points; ++p) y.push_back(static_cast<T>(p % ways));
+    return Tensor<T>::from_host({tasks, points, 1}, y);
+  };
+  return {raw::normal<T>({tasks, ways * shots, 1, size, size}, gen), labels(ways * shots),
+          raw::normal<T>({tasks, ways * queries, 1, size, size}, gen), labels(ways * queries)};
+}
+
 template <class T>
 TaskBatch<T, cuda> on_device(const TaskBatch<T>& b) {
   return {b.support_x.template to<cuda>(), b.support_y.template to<cuda>(),

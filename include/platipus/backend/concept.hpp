@@ -20,7 +20,8 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            double* yd, const double* xd, std::int64_t n, const std::int64_t* index,
                            const BroadcastLayout& bl, const ReduceLayout& rl, const CopyLayout& cl,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
-                           const IndexLayout& il, std::uint64_t u, const TaskStreams& ts) {
+                           const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool,
+                           std::int64_t* positions, std::uint64_t u, const TaskStreams& ts) {
   // A human-readable device name, for messages.
   { B::name } -> std::convertible_to<const char*>;
   // How many host threads a learner spreads a meta-batch's tasks over when
@@ -71,6 +72,20 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::scatter_add(x, index, y, il)};
   {B::gather(xd, index, yd, il)};
   {B::scatter_add(xd, index, yd, il)};
+
+  // Grouped 2-D convolution (ConvLayout) and its two adjoints: the input
+  // gradient dx = conv2d_input_grad(dy, w) (a transposed convolution) and the
+  // filter gradient dw = conv2d_weight_grad(x, dy), both overwritten.
+  {B::conv2d(conv, x, x, y)};
+  {B::conv2d_input_grad(conv, x, x, y)};
+  {B::conv2d_weight_grad(conv, x, x, y)};
+  {B::conv2d(conv, xd, xd, yd)};
+  {B::conv2d_input_grad(conv, xd, xd, yd)};
+  {B::conv2d_weight_grad(conv, xd, xd, yd)};
+  // Max pooling: values and the flat input position of each maximum (the
+  // first in row-major order among equal ones), for gather / scatter_add.
+  {B::max_pool2d(pool, x, y, positions)};
+  {B::max_pool2d(pool, xd, yd, positions)};
 
   // Philox 4x32-10 fills from (seed, stream, first block); see core/philox.hpp.
   {B::fill_uniform(y, n, u, u, u)};

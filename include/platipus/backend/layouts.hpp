@@ -89,4 +89,26 @@ struct IndexLayout {
   std::int64_t count = 0;        // number of indices
 };
 
+// A 2-D convolution (NCHW, cross-correlation as in deep learning) over
+// `groups` independent groups laid out one after another: group g's images
+// x[g] [n, c, h, w] meet its filters w[g] [c_out, c, kernel, kernel] and
+// give y[g] [n, c_out, ho, wo], with zero padding on every side. The groups
+// are MAML's tasks once each task has its own weights.
+struct ConvLayout {
+  std::int64_t groups = 1, n = 1, c = 1, h = 1, w = 1;
+  std::int64_t c_out = 1, kernel = 1, stride = 1, padding = 0;
+  std::int64_t ho = 1, wo = 1;
+  PLATIPUS_HD std::int64_t x_numel() const { return groups * n * c * h * w; }
+  PLATIPUS_HD std::int64_t w_numel() const { return groups * c_out * c * kernel * kernel; }
+  PLATIPUS_HD std::int64_t y_numel() const { return groups * n * c_out * ho * wo; }
+  bool operator==(const ConvLayout&) const = default;
+};
+
+// Max pooling over `planes` images [h, w] (no padding): y [planes, ho, wo],
+// and for each output the position of its maximum in the whole input, an
+// index into x as a flat array.
+struct PoolLayout {
+  std::int64_t planes = 1, h = 1, w = 1, kernel = 2, stride = 2, ho = 1, wo = 1;
+};
+
 }  // namespace platipus

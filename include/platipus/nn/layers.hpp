@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "platipus/autodiff.hpp"
-#include "platipus/autodiff/ops/unfold.hpp"
+#include "platipus/autodiff/ops/convolution.hpp"
+#include "platipus/autodiff/ops/pooling.hpp"
 #include "platipus/nn/parameters.hpp"
 
 namespace platipus::nn {
@@ -70,7 +71,7 @@ struct BiasTransform {
   }
 };
 
-// y = w * x + b over images x [..., N, C_in, H, W] (autodiff/ops/unfold.hpp):
+// y = w * x + b over images x [..., N, C_in, H, W] (autodiff/ops/convolution.hpp):
 // w [C_out, C_in, k, k] initialised from its fan-in C_in k k, b [C_out] zeros.
 struct Conv2d {
   std::int64_t inputs = 0, outputs = 0;  // channels

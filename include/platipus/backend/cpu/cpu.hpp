@@ -15,6 +15,7 @@
 
 #include "platipus/backend/block_cache.hpp"
 #include "platipus/backend/concept.hpp"
+#include "platipus/backend/cpu/convolution.hpp"
 #include "platipus/core/philox.hpp"
 
 namespace platipus {
@@ -168,6 +169,24 @@ struct cpu {
         T* d = dst + (o * l.source_axis + index[j]) * l.inner;
         for (std::int64_t i = 0; i < l.inner; ++i) d[i] += s[i];
       }
+  }
+
+  // ---- convolution and pooling (backend/cpu/convolution.hpp) ----
+  template <class T>
+  static void conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
+    detail::cpu_convolution::forward(l, x, w, y);
+  }
+  template <class T>
+  static void conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
+    detail::cpu_convolution::input_grad(l, dy, w, dx);
+  }
+  template <class T>
+  static void conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
+    detail::cpu_convolution::weight_grad(l, x, dy, dw);
+  }
+  template <class T>
+  static void max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* positions) {
+    detail::cpu_convolution::max_pool(l, x, y, positions);
   }
 
   // ---- random ----

@@ -1,5 +1,5 @@
 // platipus::cuda, the CUDA backend: a kernel per elementwise map, reduction,
-// strided copy, index op and random fill, and cuBLAS for GEMM. All work of a
+// strided copy, index op and random fill, and cuBLAS for GEMM, cuDNN for convolution. All work of a
 // host thread goes on that thread's default stream (cudaStreamPerThread), so
 // the threads of a task-parallel meta-step never wait on each other's work;
 // functions that hand data to the host synchronise that stream first.
@@ -70,6 +70,16 @@ struct cuda {
   static void gather(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l);
   template <class T>
   static void scatter_add(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l);
+
+  // ---- convolution (cuDNN, src/cuda/convolution.cpp) and pooling ----
+  template <class T>
+  static void conv2d(const ConvLayout& l, const T* x, const T* w, T* y);
+  template <class T>
+  static void conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx);
+  template <class T>
+  static void conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw);
+  template <class T>
+  static void max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* positions);
 
   // ---- random ----
   template <class T>

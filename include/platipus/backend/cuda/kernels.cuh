@@ -205,6 +205,24 @@ __global__ void scatter_add_kernel(const T* src, const std::int64_t* index, T* d
     atomicAdd(dst + indexed_position(i, index, l), src[i]);
 }
 
+// One thread per output: the window's maximum and its flat input position
+// (the first in row-major order among equal ones, as on the CPU).
+template <class T>
+__global__ void max_pool_kernel(const T* x, T* y, std::int64_t* positions, PoolLayout l,
+                                std::int64_t n) {
+  for (std::int64_t out = thread_index(); out < n; out += thread_count()) {
+    const std::int64_t j = out % l.wo, i = (out / l.wo) % l.ho, plane = out / (l.wo * l.ho);
+    std::int64_t best = (plane * l.h + i * l.stride) * l.w + j * l.stride;
+    for (std::int64_t a = 0; a < l.kernel; ++a)
+      for (std::int64_t b = 0; b < l.kernel; ++b) {
+        const std::int64_t at = (plane * l.h + i * l.stride + a) * l.w + j * l.stride + b;
+        if (x[at] > x[best]) best = at;
+      }
+    y[out] = x[best];
+    positions[out] = best;
+  }
+}
+
 // One thread per Philox block: element i reads block first_block + i / per_block,
 // lane i % per_block, exactly as the CPU backend does. Inside a graph
 // recording, `salt` (device memory the graph advances after each replay) is
@@ -321,6 +339,13 @@ template <class T>
 void cuda::gather(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
   const std::int64_t n = l.outer * l.count * l.inner;
   cuda_kernels::launch("cuda::gather", n, cuda_kernels::gather_kernel<T>, src, index, dst, l, n);
+}
+
+template <class T>
+void cuda::max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* positions) {
+  const std::int64_t n = l.planes * l.ho * l.wo;
+  cuda_kernels::launch("cuda::max_pool2d", n, cuda_kernels::max_pool_kernel<T>, x, y, positions, l,
+                       n);
 }
 
 template <class T>

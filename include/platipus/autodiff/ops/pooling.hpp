@@ -1,0 +1,72 @@
+// max_pool2d on the backend's pooling, and its companions take and put_add:
+// the maximum of each window is x taken at the positions the forward pass
+// found, so the backward rule scatters the gradient to those positions
+// (put_add) and put_add's backward gathers (take). The pair is closed under
+// differentiation, so max pooling is differentiable to any order.
+#pragma once
+
+#include <memory>
+
+#include "platipus/autodiff/record.hpp"
+#include "platipus/tensor/convolution.hpp"
+
+namespace platipus {
+
+// The positions of a pooling's maxima in its input, shared by every node
+// that gathers or scatters through them.
+template <class B>
+using Positions = std::shared_ptr<const Index<B>>;
+
+template <class T, class B>
+Var<T, B> put_add(const Var<T, B>& g, const Positions<B>& positions, const Shape& shape);
+
+namespace detail {
+// x read as a flat array of source_axis elements, gathered (or scattered) at
+// count positions that the backend produced, so in range by construction:
+// no host check.
+inline IndexLayout flat_positions(std::int64_t source, std::int64_t count) {
+  return {.outer = 1, .inner = 1, .source_axis = source, .count = count};
+}
+}  // namespace detail
+
+// y [shape] with y.flat[i] = x.flat[positions[i]].
+template <class T, class B>
+Var<T, B> take(const Var<T, B>& x, const Positions<B>& positions, const Shape& shape) {
+  check(shape.numel() == positions->numel(), "take", "{} positions for an output of shape {}",
+        positions->numel(), shape);
+  Tensor<T, B> y(shape);
+  if (y.numel())
+    B::gather(x.value().data(), positions->data(), y.data(),
+              detail::flat_positions(x.numel(), y.numel()));
+  return record("take", {x}, std::move(y), [positions](Backward<T, B>& c) {
+    c.set(0, put_add(c.grad(), positions, c.input(0).shape()));
+  });
+}
+
+// Zeros of `shape`, with g.flat[i] added at positions[i].
+template <class T, class B>
+Var<T, B> put_add(const Var<T, B>& g, const Positions<B>& positions, const Shape& shape) {
+  check(g.numel() == positions->numel(), "put_add", "{} positions for a gradient of shape {}",
+        positions->numel(), g.shape());
+  auto y = Tensor<T, B>::zeros(shape);
+  if (g.numel())
+    B::scatter_add(g.value().data(), positions->data(), y.data(),
+                   detail::flat_positions(y.numel(), g.numel()));
+  return record("put_add", {g}, std::move(y), [positions](Backward<T, B>& c) {
+    c.set(0, take(c.grad(), positions, c.input(0).shape()));
+  });
+}
+
+// The maximum over each k x k window (no padding): x [..., C, H, W] ->
+// [..., C, Ho, Wo]. The gradient goes to the window's largest input; of
+// equal ones, to the first in row-major order.
+template <class T, class B>
+Var<T, B> max_pool2d(const Var<T, B>& x, const Window& window) {
+  auto [y, positions] = raw::max_pool2d(x.value(), window);
+  Positions<B> shared = std::make_shared<const Index<B>>(std::move(positions));
+  return record("max_pool2d", {x}, std::move(y), [shared](Backward<T, B>& c) {
+    c.set(0, put_add(c.grad(), shared, c.input(0).shape()));
+  });
+}
+
+}  // namespace platipus

@@ -1,0 +1,244 @@
+// platipus::cuda's convolutions through cuDNN's convolution API, compiled
+// by the host compiler. cuDNN's grouped convolution takes the groups as
+// channel blocks of one image ([n, groups c, h, w]), while the library
+// keeps each group's images together ([groups, n, c, h, w]: a task's points
+// are contiguous), so inputs and outputs are transposed around the call
+// when there are several groups of several images. Each thread keeps a
+// plan per layout: descriptors and the algorithms chosen once, by cuDNN's
+// heuristics, among deterministic ones in full-precision FMA arithmetic (no
+// TF32), so a step gives the same numbers on every run and close to the CPU
+// backend's. Workspaces come from the thread's device cache.
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <cudnn.h>
+
+#include "platipus/backend/cuda/cuda.hpp"
+#include "platipus/core/error.hpp"
+
+namespace platipus {
+
+namespace {
+
+void check_cudnn(cudnnStatus_t status, const char* call) {
+  if (status != CUDNN_STATUS_SUCCESS) fail(call, "{}", cudnnGetErrorString(status));
+}
+
+// The calling thread's cuDNN handle, bound to its stream.
+cudnnHandle_t dnn() {
+  struct Handle {
+    cudnnHandle_t handle = nullptr;
+    Handle() {
+      check_cudnn(cudnnCreate(&handle), "cudnnCreate");
+      if (const auto status = cudnnSetStream(handle, cudaStreamPerThread);
+          status != CUDNN_STATUS_SUCCESS) {
+        cudnnDestroy(handle);
+        check_cudnn(status, "cudnnSetStream");
+      }
+    }
+    ~Handle() { cudnnDestroy(handle); }  // at thread exit
+  };
+  thread_local Handle h;
+  return h.handle;
+}
+
+int dnn_int(std::int64_t value) {
+  check(value <= INT_MAX, "cuda::conv2d", "extent {} exceeds cuDNN's int range", value);
+  return static_cast<int>(value);
+}
+
+// Workspaces above this are not considered (an algorithm that needs more is
+// passed over for the next best).
+constexpr std::size_t max_workspace = std::size_t{256} << 20;
+
+// The first of cuDNN's ranked algorithms that ran its heuristic, is
+// deterministic, uses no tensor-core (TF32) arithmetic and fits the workspace.
+template <class Perf>
+Perf choose(const Perf* ranked, int count, const ConvLayout& l, const char* what) {
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = ranked[i];
+    if (p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC &&
+        p.mathType != CUDNN_TENSOR_OP_MATH && p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+        p.memory <= max_workspace)
+      return p;
+  }
+  fail(what,
+       "cuDNN offers no deterministic FMA algorithm for {} groups of {} images [{}, {}, {}] and "
+       "{} filters of {}x{} (stride {}, padding {})",
+       l.groups, l.n, l.c, l.h, l.w, l.c_out, l.kernel, l.kernel, l.stride, l.padding);
+}
+
+// One layout's descriptors and algorithms.
+struct Plan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgoPerf_t forward{};
+  cudnnConvolutionBwdDataAlgoPerf_t input_grad{};
+  cudnnConvolutionBwdFilterAlgoPerf_t weight_grad{};
+
+  Plan(const ConvLayout& l, cudnnDataType_t type) {
+    check_cudnn(cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
+    check_cudnn(cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
+    check_cudnn(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
+    check_cudnn(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
+    const int groups = dnn_int(l.groups), n = dnn_int(l.n);
+    check_cudnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, type, n, dnn_int(l.groups * l.c),
+                                           dnn_int(l.h), dnn_int(l.w)),
+                "cudnnSetTensor4dDescriptor (input)");
+    check_cudnn(cudnnSetFilter4dDescriptor(w, type, CUDNN_TENSOR_NCHW, dnn_int(l.groups * l.c_out),
+                                           dnn_int(l.c), dnn_int(l.kernel), dnn_int(l.kernel)),
+                "cudnnSetFilter4dDescriptor");
+    check_cudnn(
+        cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, type, n, dnn_int(l.groups * l.c_out),
+                                   dnn_int(l.ho), dnn_int(l.wo)),
+        "cudnnSetTensor4dDescriptor (output)");
+    check_cudnn(cudnnSetConvolution2dDescriptor(conv, dnn_int(l.padding), dnn_int(l.padding),
+                                                dnn_int(l.stride), dnn_int(l.stride), 1, 1,
+                                                CUDNN_CROSS_CORRELATION, type),
+                "cudnnSetConvolution2dDescriptor");
+    check_cudnn(cudnnSetConvolutionGroupCount(conv, groups), "cudnnSetConvolutionGroupCount");
+    check_cudnn(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+
+    int count = 0;
+    cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(dnn(), x, w, conv, y,
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, f),
+                "cudnnGetConvolutionForwardAlgorithm_v7");
+    forward = choose(f, count, l, "cuda::conv2d");
+    cudnnConvolutionBwdDataAlgoPerf_t d[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                    dnn(), w, y, conv, x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, d),
+                "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    input_grad = choose(d, count, l, "cuda::conv2d_input_grad");
+    cudnnConvolutionBwdFilterAlgoPerf_t g[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                    dnn(), x, y, conv, w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, g),
+                "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    weight_grad = choose(g, count, l, "cuda::conv2d_weight_grad");
+  }
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(x);
+  }
+};
+
+template <class T>
+const Plan& plan(const ConvLayout& l) {
+  thread_local std::vector<std::pair<ConvLayout, std::unique_ptr<Plan>>> plans;
+  for (const auto& [layout, p] : plans)
+    if (layout == l) return *p;
+  const cudnnDataType_t type = std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+  plans.emplace_back(l, std::make_unique<Plan>(l, type));
+  return *plans.back().second;
+}
+
+// Device memory from the thread's cache for the length of one call.
+struct Scratch {
+  std::size_t bytes;
+  void* data;
+  explicit Scratch(std::size_t b) : bytes(b), data(b ? cuda::allocate(b) : nullptr) {}
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    if (data) cuda::deallocate(data, bytes);
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+// Groups of several images are transposed between the library's
+// [groups, n, ...] and cuDNN's [n, groups, ...].
+bool transposes(const ConvLayout& l) {
+  return l.groups > 1 && l.n > 1;
+}
+
+// dst [b, a, inner] = src [a, b, inner] with its first two axes swapped.
+template <class T>
+void swap_leading(const T* src, T* dst, std::int64_t a, std::int64_t b, std::int64_t inner) {
+  CopyLayout l;
+  l.rank = 3;
+  l.dims[0] = a, l.dims[1] = b, l.dims[2] = inner;
+  l.stride_src[0] = b * inner, l.stride_src[1] = inner, l.stride_src[2] = 1;
+  l.stride_dst[0] = inner, l.stride_dst[1] = a * inner, l.stride_dst[2] = 1;
+  cuda::strided_copy(src, dst, l);
+}
+
+// An input of the layout in cuDNN's order: x itself, or a transposed copy in `scratch`.
+template <class T>
+const T* in_cudnn_order(const T* x, std::int64_t per_image, const ConvLayout& l,
+                        const Scratch& scratch) {
+  if (!transposes(l)) return x;
+  swap_leading(x, scratch.as<T>(), l.groups, l.n, per_image);
+  return scratch.as<T>();
+}
+
+template <class T>
+std::size_t bytes_if_transposed(const ConvLayout& l, std::int64_t per_image) {
+  return transposes(l) ? static_cast<std::size_t>(l.groups * l.n * per_image) * sizeof(T) : 0;
+}
+
+}  // namespace
+
+template <class T>
+void cuda::conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
+  const Plan& p = plan<T>(l);
+  const std::int64_t x_image = l.c * l.h * l.w, y_image = l.c_out * l.ho * l.wo;
+  const Scratch xs(bytes_if_transposed<T>(l, x_image)), ys(bytes_if_transposed<T>(l, y_image));
+  const Scratch workspace(p.forward.memory);
+  const T one = 1, zero = 0;
+  check_cudnn(cudnnConvolutionForward(dnn(), &one, p.x, in_cudnn_order(x, x_image, l, xs), p.w, w,
+                                      p.conv, p.forward.algo, workspace.data, workspace.bytes,
+                                      &zero, p.y, transposes(l) ? ys.as<T>() : y),
+              "cudnnConvolutionForward");
+  if (transposes(l)) swap_leading(ys.as<T>(), y, l.n, l.groups, y_image);
+}
+
+template <class T>
+void cuda::conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
+  const Plan& p = plan<T>(l);
+  const std::int64_t x_image = l.c * l.h * l.w, y_image = l.c_out * l.ho * l.wo;
+  const Scratch dys(bytes_if_transposed<T>(l, y_image)), dxs(bytes_if_transposed<T>(l, x_image));
+  const Scratch workspace(p.input_grad.memory);
+  const T one = 1, zero = 0;
+  check_cudnn(
+      cudnnConvolutionBackwardData(dnn(), &one, p.w, w, p.y, in_cudnn_order(dy, y_image, l, dys),
+                                   p.conv, p.input_grad.algo, workspace.data, workspace.bytes,
+                                   &zero, p.x, transposes(l) ? dxs.as<T>() : dx),
+      "cudnnConvolutionBackwardData");
+  if (transposes(l)) swap_leading(dxs.as<T>(), dx, l.n, l.groups, x_image);
+}
+
+template <class T>
+void cuda::conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
+  const Plan& p = plan<T>(l);
+  const std::int64_t x_image = l.c * l.h * l.w, y_image = l.c_out * l.ho * l.wo;
+  const Scratch xs(bytes_if_transposed<T>(l, x_image)), dys(bytes_if_transposed<T>(l, y_image));
+  const Scratch workspace(p.weight_grad.memory);
+  const T one = 1, zero = 0;
+  check_cudnn(cudnnConvolutionBackwardFilter(dnn(), &one, p.x, in_cudnn_order(x, x_image, l, xs),
+                                             p.y, in_cudnn_order(dy, y_image, l, dys), p.conv,
+                                             p.weight_grad.algo, workspace.data, workspace.bytes,
+                                             &zero, p.w, dw),
+              "cudnnConvolutionBackwardFilter");
+}
+
+#define PLATIPUS_INSTANTIATE(T)                                                        \
+  template void cuda::conv2d<T>(const ConvLayout&, const T*, const T*, T*);            \
+  template void cuda::conv2d_input_grad<T>(const ConvLayout&, const T*, const T*, T*); \
+  template void cuda::conv2d_weight_grad<T>(const ConvLayout&, const T*, const T*, T*);
+PLATIPUS_INSTANTIATE(float)
+PLATIPUS_INSTANTIATE(double)
+#undef PLATIPUS_INSTANTIATE
+
+}  // namespace platipus
