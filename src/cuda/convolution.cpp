@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -55,20 +56,23 @@ int dnn_int(std::int64_t value) {
 // passed over for the next best).
 constexpr std::size_t max_workspace = std::size_t{256} << 20;
 
-// The first of cuDNN's ranked algorithms that ran its heuristic, is
-// deterministic, uses no tensor-core (TF32) arithmetic and fits the workspace.
+// Of cuDNN's ranked algorithms that ran their heuristic, use no tensor-core
+// (TF32) arithmetic and fit the workspace, the first deterministic one, or
+// else the first (cuDNN 9.19 offers no deterministic input gradient for
+// three input channels in some layouts).
 template <class Perf>
 Perf choose(const Perf* ranked, int count, const ConvLayout& l, const char* what) {
-  for (int i = 0; i < count; ++i) {
-    const Perf& p = ranked[i];
-    if (p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC &&
-        p.mathType != CUDNN_TENSOR_OP_MATH && p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
-        p.memory <= max_workspace)
-      return p;
-  }
+  const auto usable = [](const Perf& p) {
+    return p.status == CUDNN_STATUS_SUCCESS && p.mathType != CUDNN_TENSOR_OP_MATH &&
+           p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && p.memory <= max_workspace;
+  };
+  for (int i = 0; i < count; ++i)
+    if (usable(ranked[i]) && ranked[i].determinism == CUDNN_DETERMINISTIC) return ranked[i];
+  for (int i = 0; i < count; ++i)
+    if (usable(ranked[i])) return ranked[i];
   fail(what,
-       "cuDNN offers no deterministic FMA algorithm for {} groups of {} images [{}, {}, {}] and "
-       "{} filters of {}x{} (stride {}, padding {})",
+       "cuDNN offers no FMA algorithm for {} groups of {} images [{}, {}, {}] and {} filters of "
+       "{}x{} (stride {}, padding {})",
        l.groups, l.n, l.c, l.h, l.w, l.c_out, l.kernel, l.kernel, l.stride, l.padding);
 }
 
@@ -77,11 +81,13 @@ struct Plan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnConvolutionFwdAlgoPerf_t forward{};
-  cudnnConvolutionBwdDataAlgoPerf_t input_grad{};
-  cudnnConvolutionBwdFilterAlgoPerf_t weight_grad{};
+  ConvLayout layout;
+  // Each direction's algorithm, chosen on its first use.
+  std::optional<cudnnConvolutionFwdAlgoPerf_t> forward_algorithm;
+  std::optional<cudnnConvolutionBwdDataAlgoPerf_t> input_grad_algorithm;
+  std::optional<cudnnConvolutionBwdFilterAlgoPerf_t> weight_grad_algorithm;
 
-  Plan(const ConvLayout& l, cudnnDataType_t type) {
+  Plan(const ConvLayout& l, cudnnDataType_t type) : layout(l) {
     check_cudnn(cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
     check_cudnn(cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
     check_cudnn(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
@@ -103,24 +109,42 @@ struct Plan {
                 "cudnnSetConvolution2dDescriptor");
     check_cudnn(cudnnSetConvolutionGroupCount(conv, groups), "cudnnSetConvolutionGroupCount");
     check_cudnn(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
-
-    int count = 0;
-    cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(dnn(), x, w, conv, y,
-                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, f),
-                "cudnnGetConvolutionForwardAlgorithm_v7");
-    forward = choose(f, count, l, "cuda::conv2d");
-    cudnnConvolutionBwdDataAlgoPerf_t d[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                    dnn(), w, y, conv, x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, d),
-                "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    input_grad = choose(d, count, l, "cuda::conv2d_input_grad");
-    cudnnConvolutionBwdFilterAlgoPerf_t g[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                    dnn(), x, y, conv, w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, g),
-                "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    weight_grad = choose(g, count, l, "cuda::conv2d_weight_grad");
   }
+  const cudnnConvolutionFwdAlgoPerf_t& forward() {
+    if (!forward_algorithm) {
+      int count = 0;
+      cudnnConvolutionFwdAlgoPerf_t ranked[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(
+                      dnn(), x, w, conv, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, ranked),
+                  "cudnnGetConvolutionForwardAlgorithm_v7");
+      forward_algorithm = choose(ranked, count, layout, "cuda::conv2d");
+    }
+    return *forward_algorithm;
+  }
+  const cudnnConvolutionBwdDataAlgoPerf_t& input_grad() {
+    if (!input_grad_algorithm) {
+      int count = 0;
+      cudnnConvolutionBwdDataAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                      dnn(), w, y, conv, x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, ranked),
+                  "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+      input_grad_algorithm = choose(ranked, count, layout, "cuda::conv2d_input_grad");
+    }
+    return *input_grad_algorithm;
+  }
+  const cudnnConvolutionBwdFilterAlgoPerf_t& weight_grad() {
+    if (!weight_grad_algorithm) {
+      int count = 0;
+      cudnnConvolutionBwdFilterAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      check_cudnn(
+          cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+              dnn(), x, y, conv, w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, ranked),
+          "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+      weight_grad_algorithm = choose(ranked, count, layout, "cuda::conv2d_weight_grad");
+    }
+    return *weight_grad_algorithm;
+  }
+
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
@@ -132,7 +156,7 @@ struct Plan {
 };
 
 template <class T>
-const Plan& plan(const ConvLayout& l) {
+Plan& plan(const ConvLayout& l) {
   thread_local std::vector<std::pair<ConvLayout, std::unique_ptr<Plan>>> plans;
   for (const auto& [layout, p] : plans)
     if (layout == l) return *p;
@@ -192,13 +216,14 @@ std::size_t bytes_if_transposed(const ConvLayout& l, std::int64_t per_image) {
 
 template <class T>
 void cuda::conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
-  const Plan& p = plan<T>(l);
+  Plan& p = plan<T>(l);
   const std::int64_t x_image = l.c * l.h * l.w, y_image = l.c_out * l.ho * l.wo;
   const Scratch xs(bytes_if_transposed<T>(l, x_image)), ys(bytes_if_transposed<T>(l, y_image));
-  const Scratch workspace(p.forward.memory);
+  const auto& algorithm = p.forward();
+  const Scratch workspace(algorithm.memory);
   const T one = 1, zero = 0;
   check_cudnn(cudnnConvolutionForward(dnn(), &one, p.x, in_cudnn_order(x, x_image, l, xs), p.w, w,
-                                      p.conv, p.forward.algo, workspace.data, workspace.bytes,
+                                      p.conv, algorithm.algo, workspace.data, workspace.bytes,
                                       &zero, p.y, transposes(l) ? ys.as<T>() : y),
               "cudnnConvolutionForward");
   if (transposes(l)) swap_leading(ys.as<T>(), y, l.n, l.groups, y_image);
@@ -206,31 +231,33 @@ void cuda::conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
 
 template <class T>
 void cuda::conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
-  const Plan& p = plan<T>(l);
+  Plan& p = plan<T>(l);
   const std::int64_t x_image = l.c * l.h * l.w, y_image = l.c_out * l.ho * l.wo;
   const Scratch dys(bytes_if_transposed<T>(l, y_image)), dxs(bytes_if_transposed<T>(l, x_image));
-  const Scratch workspace(p.input_grad.memory);
+  const auto& algorithm = p.input_grad();
+  const Scratch workspace(algorithm.memory);
   const T one = 1, zero = 0;
   check_cudnn(
       cudnnConvolutionBackwardData(dnn(), &one, p.w, w, p.y, in_cudnn_order(dy, y_image, l, dys),
-                                   p.conv, p.input_grad.algo, workspace.data, workspace.bytes,
-                                   &zero, p.x, transposes(l) ? dxs.as<T>() : dx),
+                                   p.conv, algorithm.algo, workspace.data, workspace.bytes, &zero,
+                                   p.x, transposes(l) ? dxs.as<T>() : dx),
       "cudnnConvolutionBackwardData");
   if (transposes(l)) swap_leading(dxs.as<T>(), dx, l.n, l.groups, x_image);
 }
 
 template <class T>
 void cuda::conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
-  const Plan& p = plan<T>(l);
+  Plan& p = plan<T>(l);
   const std::int64_t x_image = l.c * l.h * l.w, y_image = l.c_out * l.ho * l.wo;
   const Scratch xs(bytes_if_transposed<T>(l, x_image)), dys(bytes_if_transposed<T>(l, y_image));
-  const Scratch workspace(p.weight_grad.memory);
+  const auto& algorithm = p.weight_grad();
+  const Scratch workspace(algorithm.memory);
   const T one = 1, zero = 0;
-  check_cudnn(cudnnConvolutionBackwardFilter(dnn(), &one, p.x, in_cudnn_order(x, x_image, l, xs),
-                                             p.y, in_cudnn_order(dy, y_image, l, dys), p.conv,
-                                             p.weight_grad.algo, workspace.data, workspace.bytes,
-                                             &zero, p.w, dw),
-              "cudnnConvolutionBackwardFilter");
+  check_cudnn(
+      cudnnConvolutionBackwardFilter(dnn(), &one, p.x, in_cudnn_order(x, x_image, l, xs), p.y,
+                                     in_cudnn_order(dy, y_image, l, dys), p.conv, algorithm.algo,
+                                     workspace.data, workspace.bytes, &zero, p.w, dw),
+      "cudnnConvolutionBackwardFilter");
 }
 
 #define PLATIPUS_INSTANTIATE(T)                                                        \
