@@ -85,8 +85,8 @@ BENCHMARK(cuda_platipus_sinusoid<paper_network>)
 
 // Replays of a recorded step, each waited for as the eager steps are.
 template <class Learner>
-void replay(benchmark::State& state, Learner& learner, Generator& gen) {
-  const auto batch = sinusoid_batch(gen);
+void replay(benchmark::State& state, Learner& learner, const TaskBatch<float, cuda>& batch,
+            Generator& gen) {
   GraphedMetaStep step(learner, batch, gen);
   for (auto _ : state) {
     step.step(batch);
@@ -103,7 +103,7 @@ void cuda_maml_sinusoid_graph(benchmark::State& state) {
        .first_order = state.range(0) == 1,
        .threads = 1},
       gen);
-  replay(state, maml, gen);
+  replay(state, maml, sinusoid_batch(gen), gen);
   state.SetLabel(state.range(0) ? "first order" : "second order");
 }
 BENCHMARK(cuda_maml_sinusoid_graph)
@@ -118,7 +118,7 @@ void cuda_platipus_sinusoid_graph(benchmark::State& state) {
   Generator gen(2);
   Platipus<nn::Sequential, MseLoss, float, cuda> model(
       Network(), MseLoss{}, {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1}, gen);
-  replay(state, model, gen);
+  replay(state, model, sinusoid_batch(gen), gen);
 }
 BENCHMARK(cuda_platipus_sinusoid_graph<small_network>)
     ->Name("cuda_platipus_sinusoid_graph/1-40-40-1")
@@ -130,7 +130,8 @@ BENCHMARK(cuda_platipus_sinusoid_graph<paper_network>)
     ->UseRealTime();
 
 // Second-order MAML on conv4 (conv_workloads.hpp) through cuDNN, eager on
-// one thread; the first step, which chooses cuDNN's algorithms, is not timed.
+// one thread (the first step, which chooses cuDNN's algorithms, not timed)
+// and replayed as a CUDA graph.
 template <const conv_workloads::Workload& W>
 void cuda_maml_conv4(benchmark::State& state) {
   Generator gen(3);
@@ -150,6 +151,22 @@ BENCHMARK(cuda_maml_conv4<conv_workloads::miniimagenet>)
     ->UseRealTime();
 BENCHMARK(cuda_maml_conv4<conv_workloads::omniglot>)
     ->Name("cuda_maml_conv4/omniglot")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+template <const conv_workloads::Workload& W>
+void cuda_maml_conv4_graph(benchmark::State& state) {
+  Generator gen(3);
+  Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(
+      conv_workloads::network(W), SoftmaxCrossEntropyLoss{}, conv_workloads::settings(1), gen);
+  replay(state, maml, conv_workloads::batch<cuda>(W, gen), gen);
+}
+BENCHMARK(cuda_maml_conv4_graph<conv_workloads::miniimagenet>)
+    ->Name("cuda_maml_conv4_graph/miniimagenet")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(cuda_maml_conv4_graph<conv_workloads::omniglot>)
+    ->Name("cuda_maml_conv4_graph/omniglot")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -18,7 +18,8 @@
 # can. CHECKS picks steps (default "tests examples benchmark peers profile
 # sanitizer"), PEER_WORKLOADS the peers' algorithm:network pairs (default
 # every sinusoid and conv4 workload), BENCHMARK_FILTER the GPU benchmarks
-# (a --benchmark_filter regex, default all).
+# (a --benchmark_filter regex, default all), PROFILE_FILTER and
+# PROFILE_LAUNCHES the benchmark and the number of kernels that ncu profiles.
 set -uo pipefail
 
 : "${OUT:?set OUT to an output folder}"
@@ -31,6 +32,8 @@ ARCH=${CUDA_ARCH:-90} # H100 and H200
 DEADLINE=${DEADLINE:-540}
 PYTHON=${PYTHON:-python3}
 BENCHMARK_FILTER=${BENCHMARK_FILTER:-.}
+PROFILE_FILTER=${PROFILE_FILTER:-cuda_platipus_sinusoid_graph/paper_network}
+PROFILE_LAUNCHES=${PROFILE_LAUNCHES:-1000}
 CHECKS=${CHECKS:-tests examples benchmark peers profile sanitizer}
 PEER_WORKLOADS=${PEER_WORKLOADS:-maml:small platipus:small platipus:paper maml:conv4-miniimagenet maml:conv4-omniglot}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -183,10 +186,10 @@ fi
 
 if [[ $built == yes && -n $NCU ]] && checking profile; then
   say ""
-  say "== kernel profile of replayed PLATIPUS meta-steps, paper network (ncu, the first 1000 kernels: the warm-up step, then replays)"
-  run 60 "$DETAILS" "$NCU" --csv --metrics gpu__time_duration.sum --launch-count 1000 \
+  say "== kernel profile of $PROFILE_FILTER (ncu, the first $PROFILE_LAUNCHES kernels)"
+  run 90 "$DETAILS" "$NCU" --csv --metrics gpu__time_duration.sum --launch-count "$PROFILE_LAUNCHES" \
     --log-file "$OUT/profile.csv" "$BIN/platipus_cuda_benchmarks" \
-    --benchmark_filter='cuda_platipus_sinusoid_graph/paper_network' --benchmark_min_time=0.05
+    --benchmark_filter="$PROFILE_FILTER" --benchmark_min_time=0.05
 fi
 
 if [[ $built == yes && -n $SANITIZER ]] && checking sanitizer; then
@@ -214,6 +217,7 @@ for b in benchmarks:
     threads = next((p.split(":")[1] for p in name.split("/") if p.startswith("threads:")), "?")
     if "conv4" in name:
         key = ("maml", "conv4-" + name.split("/")[1])
+        threads = "1"
     else:
         key = ("maml", "small") if "maml" in name else ("platipus", "paper" if "paper" in name else "small")
     label = "platipus::cuda graph" if "_graph" in name else f"platipus::cuda {threads} threads"

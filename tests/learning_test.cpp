@@ -1188,9 +1188,10 @@ TEST_CASE(
   CHECK(errors[1] > 1e-3);
 }
 
-TEST_CASE("PLATIPUS's meta-gradient through a small convolutional network matches central "
-          "finite differences",
-          "[platipus][conv][gradcheck]") {
+TEST_CASE(
+    "PLATIPUS's meta-gradient through a small convolutional network matches central "
+    "finite differences",
+    "[platipus][conv][gradcheck]") {
   using ConvPlatipus = Platipus<nn::Sequential, SoftmaxCrossEntropyLoss, double>;
   const auto model = nn::conv4({.channels = 1,
                                 .size = 6,
@@ -1247,6 +1248,31 @@ TEST_CASE(
   INFO("query accuracy before adaptation " << before << ", after " << after);
   CHECK(before < 0.5);
   CHECK(after > 0.8);
+}
+
+TEST_CASE("learners refuse class labels outside the model's classes, once per batch",
+          "[maml][errors]") {
+  using Catch::Contains;
+  Generator init(1), gen(2);
+  Maml<nn::Sequential, SoftmaxCrossEntropyLoss, double> maml(
+      nn::mlp({.inputs = 2, .hidden = {4}, .outputs = 3}), SoftmaxCrossEntropyLoss{},
+      {.threads = 1}, init);
+  const auto x = raw::normal<double>({1, 3, 2}, gen);
+  const auto good = Tensor<double>::from_host({1, 3, 1}, {0, 1, 2});
+  for (const double bad : {3.0, -1.0, 1.5}) {
+    const auto y = Tensor<double>::from_host({1, 3, 1}, {0, bad, 2});
+    const TaskBatch<double> in_support{x.clone(), y.clone(), x.clone(), good.clone()};
+    const TaskBatch<double> in_query{x.clone(), good.clone(), x.clone(), y.clone()};
+    const std::string label = fmt::format("class label {} is not in [0, 3)", bad);
+    CHECK_THROWS_WITH(maml.meta_train_step(in_support, gen),
+                      Contains(label) && Contains("Maml::meta_gradient"));
+    CHECK_THROWS_WITH(maml.meta_gradient(in_query, gen),
+                      Contains(label) && Contains("Maml::meta_gradient"));
+    CHECK_THROWS_WITH(maml.evaluate(in_query, gen), Contains(label) && Contains("Maml::evaluate"));
+    CHECK_THROWS_WITH(maml.adapt_to(x, y, gen), Contains(label) && Contains("Maml::adapt"));
+  }
+  CHECK(std::isfinite(
+      maml.meta_train_step({x.clone(), good.clone(), x.clone(), good.clone()}, gen).query_loss));
 }
 
 TEST_CASE("Sequential tracks image shapes and refuses layers that do not fit them",

@@ -267,6 +267,17 @@ TEST_CASE("losses pass first and second order checks", "[ops][loss]") {
         },
         list(normal({2, 2, 3}, 56)));
   }
+  SECTION("softmax cross-entropy with class labels as values (one-hot made on the backend)") {
+    const auto labels = Tensor<double>::from_host({2, 2, 1}, {0, 2, 1, 1});
+    check_derivatives([&](auto x) { return SoftmaxCrossEntropyLoss{}(x[0], x[1], 1); },
+                      list(normal({2, 2, 3}, 56), labels.clone()));
+    Tape<double> tape;
+    const auto logits = tape.constant(normal({2, 2, 3}, 56));
+    const auto by_value = SoftmaxCrossEntropyLoss{}(logits, tape.constant(labels.clone()), 1);
+    const auto by_index =
+        softmax_cross_entropy(logits, Index<>::from_host({2, 2}, {0, 2, 1, 1}), 1);
+    CHECK(by_value.value().to_vector() == by_index.value().to_vector());
+  }
   SECTION("gaussian nll") {
     check_derivatives([](auto x) { return gaussian_nll_loss(x[0], exp(x[1]), square(x[0]) * 0.5); },
                       list(normal({4}, 57), normal({4}, 58, 0, 0.3)));

@@ -6,6 +6,7 @@ namespace platipus {
 
 #define PLATIPUS_INSTANTIATE(T)                                                                  \
   template void cuda::fill<T>(T*, std::int64_t, T);                                              \
+  template void cuda::arange<T>(T*, std::int64_t);                                               \
   template void cuda::unary<T>(UnaryOp, const T*, T*, std::int64_t, T);                          \
   template void cuda::binary<T>(BinaryOp, const T*, const T*, T*, const BroadcastLayout&);       \
   template void cuda::axpy<T>(const T*, const T*, T*, std::int64_t, T);                          \
@@ -15,7 +16,7 @@ namespace platipus {
   template void cuda::strided_copy<T>(const T*, T*, const CopyLayout&);                          \
   template void cuda::gather<T>(const T*, const std::int64_t*, T*, const IndexLayout&);          \
   template void cuda::scatter_add<T>(const T*, const std::int64_t*, T*, const IndexLayout&);     \
-  template void cuda::max_pool2d<T>(const PoolLayout&, const T*, T*, std::int64_t*);            \
+  template void cuda::max_pool2d<T>(const PoolLayout&, const T*, T*, std::int64_t*);             \
   template void cuda::fill_uniform<T>(T*, std::int64_t, std::uint64_t, std::uint64_t,            \
                                       std::uint64_t);                                            \
   template void cuda::fill_normal<T>(T*, std::int64_t, std::uint64_t, std::uint64_t,             \

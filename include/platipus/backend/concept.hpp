@@ -50,6 +50,9 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::binary(BinaryOp::add, x, x, y, bl)};
   {B::select(x, x, x, y, n)};
   {B::fill(yd, n, 1.0)};
+  // y[i] = i for i < n: class indices for one-hot targets, made on the device.
+  {B::arange(y, n)};
+  {B::arange(yd, n)};
   {B::unary(UnaryOp::exp, xd, yd, n, 0.0)};
   {B::binary(BinaryOp::add, xd, xd, yd, bl)};
   {B::select(xd, xd, xd, yd, n)};

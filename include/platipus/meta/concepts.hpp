@@ -59,11 +59,36 @@ concept Model = requires(const M& model, std::span<const Var<T, B>> pieces, cons
 
 // A loss is a negative log-likelihood:
 //   loss(prediction, target, batch_dims) -> the mean over every axis after
-//   the first batch_dims, one value per leading index (per task).
+//   the first batch_dims, one value per leading index (per task);
+//   check_targets(y, outputs, who)       optional: throws unless y holds
+//                                        targets this loss can take for a
+//                                        model of `outputs` outputs (0:
+//                                        unknown); the learners call it once
+//                                        per batch, so that the loss need not
+//                                        read targets on every evaluation.
 template <class L, class T, class B>
 concept Loss = requires(const L& loss, const Var<T, B>& prediction, const Var<T, B>& target) {
   { loss(prediction, target, 1) } -> std::same_as<Var<T, B>>;
 };
+
+// The loss's check of targets y, where it has one.
+template <class L, class M, class T, class B>
+void check_targets(const L& loss, const M& model, const Tensor<T, B>& y, std::string_view who) {
+  if constexpr (requires { loss.check_targets(y, std::int64_t{0}, who); }) {
+    std::int64_t outputs = 0;
+    if constexpr (requires { model.outputs(); }) outputs = model.outputs();
+    loss.check_targets(y, outputs, who);
+  }
+}
+
+// A batch's shapes, then its targets.
+template <class L, class M, class T, class B>
+void check_batch(const L& loss, const M& model, const TaskBatch<T, B>& batch,
+                 std::string_view who) {
+  batch.validate(who);
+  check_targets(loss, model, batch.support_y, who);
+  check_targets(loss, model, batch.query_y, who);
+}
 
 // A task sampler draws meta-batches:
 //   sample(tasks, gen) -> a TaskBatch of that many tasks, reproducible from gen.

@@ -56,7 +56,7 @@ class GraphedMetaStep {
     const std::string obstacle = learner.replay_obstacle();
     check(obstacle.empty(), "GraphedMetaStep", "this learner's meta-step cannot be recorded: {}",
           obstacle);
-    batch.validate("GraphedMetaStep");
+    check_batch(learner.objective().loss(), learner.objective().model(), batch, "GraphedMetaStep");
     const Tensor<T, cuda> warm_up = learner_.meta_train_step_async(batch, gen);
     inputs_ = {batch.support_x.clone(), batch.support_y.clone(), batch.query_x.clone(),
                batch.query_y.clone()};

@@ -48,11 +48,14 @@ struct InnerLoop {
 };
 
 // Throws platipus::error naming `who` unless support_x is a non-empty
-// [tasks, points, features] or [tasks, points, C, H, W] support set.
-template <class T, class B>
-void check_support_set(const Tensor<T, B>& support_x, std::string_view who) {
+// [tasks, points, features] or [tasks, points, C, H, W] support set and
+// support_y holds targets the loss can take (check_targets).
+template <class M, class L, class T, class B>
+void check_support_set(const M& model, const L& loss, const Tensor<T, B>& support_x,
+                       const Tensor<T, B>& support_y, std::string_view who) {
   check((support_x.rank() == 3 || support_x.rank() == 5) && support_x.dim(1) > 0, who,
         "empty or malformed support set {}", support_x.shape());
+  check_targets(loss, model, support_y, who);
 }
 
 // A piece [shape...] expanded to [tasks, shape...] (a view).

@@ -87,7 +87,7 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& gen) const {
-    check_support_set(support_x, "Maml::adapt");
+    check_support_set(model_, loss_, support_x, support_y, "Maml::adapt");
     Tape<T, B> tape;
     const auto theta_var = tape.variable(parts[theta]);
     TaskNoise noise(gen);
@@ -100,7 +100,7 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
 
   // Mean post-adaptation query loss of a batch (an evaluation, no update).
   double evaluate(const Parts& parts, const TaskBatch<T, B>& batch, Generator& gen) const {
-    batch.validate("Maml::evaluate");
+    check_batch(loss_, model_, batch, "Maml::evaluate");
     const auto prediction = platipus::predict(
         model_, adapt_to(parts, batch.support_x, batch.support_y, gen), batch.query_x);
     Tape<T, B> tape;

@@ -165,13 +165,15 @@ class MetaLearner : public O::Names {
 
   // One meta-update of the parts on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
+    check_batch(objective_.loss(), objective_.model(), batch, step_name());
     return MetaStepResult::read(meta_train_step_async(batch, gen));
   }
 
   // The same update with its statistics left on the backend, a [3] tensor
   // for MetaStepResult::read. With one thread (and a KL weight that no
   // longer changes) nothing here waits for the device, so a CUDA graph can
-  // record it (meta/graphed_step.hpp).
+  // record it (meta/graphed_step.hpp); so the targets are not checked
+  // (check_batch), only the shapes.
   Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
     const StepSchedule schedule = objective_.schedule(steps_reader());
     auto [gradients, statistics] = gradient_and_statistics(batch, gen, schedule);
@@ -192,6 +194,7 @@ class MetaLearner : public O::Names {
   // vector in part order.
   auto meta_gradient(const TaskBatch<T, B>& batch, Generator& gen,
                      MetaStepResult* stats = nullptr) const {
+    check_batch(objective_.loss(), objective_.model(), batch, step_name());
     auto [gradients, statistics] =
         gradient_and_statistics(batch, gen, objective_.schedule(steps_reader()));
     if (stats) *stats = MetaStepResult::read(statistics);
@@ -284,6 +287,11 @@ class MetaLearner : public O::Names {
   double current_kl_weight() const { return current_schedule().kl_weight; }
 
  private:
+  static const std::string& step_name() {
+    static const std::string who = fmt::format("{}::meta_gradient", O::name);
+    return who;
+  }
+
   std::function<int()> steps_reader() const {
     return [this] {
       return steps();
@@ -294,8 +302,7 @@ class MetaLearner : public O::Names {
   typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& batch,
                                                              Generator& gen,
                                                              const StepSchedule& schedule) const {
-    static const std::string who = fmt::format("{}::meta_gradient", O::name);
-    batch.validate(who);
+    batch.validate(step_name());
     const auto ranges = chunks_of(batch.tasks(), settings().task_chunks, *pool_);
     std::array<Shape, O::part_count> shapes;
     for (std::size_t i = 0; i < shapes.size(); ++i) shapes[i] = parts_[i].shape();

@@ -184,7 +184,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   // Algorithm 2 with the data-dependent prior: n models per task, [tasks, n, P].
   Tensor<T, B> sample(const Parts& theta, const Tensor<T, B>& support_x,
                       const Tensor<T, B>& support_y, std::int64_t n, Generator& gen) const {
-    check_support_set(support_x, "Platipus::sample");
+    check_support_set(model_, loss_, support_x, support_y, "Platipus::sample");
     check(n > 0, "Platipus::sample", "the number of samples must be positive, got {}", n);
     const auto& layout = model_.layout();
     const std::int64_t tasks = support_x.dim(0), size = layout.size();

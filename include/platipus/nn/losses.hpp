@@ -77,7 +77,19 @@ Var<T, B> bce_with_logits_loss(const Var<T, B>& logits, const Var<T, B>& target,
                          "bce_with_logits_loss", logits.shape(), target.shape());
 }
 
-// Logits [..., K], integer labels [...] in [0, K).
+namespace detail {
+// -sum_k one_hot[..., k] log softmax(logits)[..., k], reduced after batch_dims.
+template <class T, class B>
+Var<T, B> one_hot_cross_entropy(const Var<T, B>& logits, Tensor<T, B> one_hot, int batch_dims,
+                                Reduction reduction, const Shape& labels) {
+  constexpr std::string_view name = "softmax_cross_entropy";
+  const auto target = logits.tape().constant(std::move(one_hot));
+  const auto nll = neg(sum(mul(target, log_softmax(logits, -1)), {-1}));
+  return checked(reduce_after(nll, batch_dims, reduction, name), name, logits.shape(), labels);
+}
+}  // namespace detail
+
+// Logits [..., K], integer labels [...] in [0, K), checked on the host.
 template <class T, class B>
 Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels, int batch_dims = 0,
                                 Reduction reduction = Reduction::mean) {
@@ -93,10 +105,8 @@ Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels,
     check(label >= 0 && label < classes, name, "label {} is outside [0, {})", label, classes);
     one_hot[r * static_cast<std::size_t>(classes) + static_cast<std::size_t>(label)] = T(1);
   }
-  const auto target = logits.tape().constant(Tensor<T, B>::from_host(logits.shape(), one_hot));
-  const auto nll = neg(sum(mul(target, log_softmax(logits, -1)), {-1}));
-  return detail::checked(detail::reduce_after(nll, batch_dims, reduction, name), name,
-                         logits.shape(), labels.shape());
+  return detail::one_hot_cross_entropy(logits, Tensor<T, B>::from_host(logits.shape(), one_hot),
+                                       batch_dims, reduction, labels.shape());
 }
 
 // Negative log-likelihood of target under N(mean, variance), constant included.
@@ -160,18 +170,33 @@ struct BceWithLogitsLoss {
 // Targets hold class indices as values of T, shaped like the logits with a
 // last axis of 1 ([..., N, 1]), so that labels travel in a TaskBatch like
 // regression targets do.
+// Targets are class indices stored as values, [..., 1] beside logits
+// [..., K] (a TaskBatch's y). The one-hot rows are made on the backend
+// (target == [0, ..., K - 1]), so a loss evaluation never waits for the
+// device; the learners check the labels once per batch (check_targets): a
+// label outside [0, K) would otherwise give a zero row, and no loss.
 struct SoftmaxCrossEntropyLoss {
   Reduction reduction = Reduction::mean;
   template <class T, class B>
   Var<T, B> operator()(const Var<T, B>& logits, const Var<T, B>& target, int batch_dims) const {
-    check(target.rank() == logits.rank() && target.dim(-1) == 1, "softmax_cross_entropy",
-          "class-index targets must be [..., 1] beside logits {}, got {}", logits.shape(),
-          target.shape());
-    std::vector<std::int64_t> labels;
-    for (T v : target.to_vector()) labels.push_back(static_cast<std::int64_t>(v));
-    const Shape label_shape = target.shape().take_front(target.rank() - 1);
-    return softmax_cross_entropy(logits, Index<B>::from_host(label_shape, labels), batch_dims,
-                                 reduction);
+    check(target.rank() == logits.rank() && target.dim(-1) == 1 &&
+              target.shape().take_front(target.rank() - 1) ==
+                  logits.shape().take_front(logits.rank() - 1),
+          "softmax_cross_entropy", "class-index targets must be [..., 1] beside logits {}, got {}",
+          logits.shape(), target.shape());
+    auto one_hot = raw::map(BinaryOp::equal, target.value(), Tensor<T, B>::arange(logits.dim(-1)),
+                            "softmax_cross_entropy");
+    return detail::one_hot_cross_entropy(logits, std::move(one_hot), batch_dims, reduction,
+                                         target.shape());
+  }
+
+  // Throws naming `who` unless every target is a class index in [0,
+  // classes) (classes 0: any non-negative whole number). Reads y to the host.
+  template <class T, class B>
+  void check_targets(const Tensor<T, B>& y, std::int64_t classes, std::string_view who) const {
+    for (const T v : y.to_vector())
+      check(v >= 0 && v == std::floor(v) && (classes == 0 || v < static_cast<T>(classes)), who,
+            "class label {} is not in [0, {}) (targets {})", v, classes, y.shape());
   }
 };
 

@@ -41,6 +41,12 @@ class Tensor {
   static Tensor zeros(const Shape& shape) { return full(shape, T(0)); }
   static Tensor ones(const Shape& shape) { return full(shape, T(1)); }
   static Tensor scalar(T value) { return full(Shape{}, value); }
+  // [n] holding 0, 1, ..., n - 1, made on the backend (no host copy).
+  static Tensor arange(std::int64_t n) {
+    Tensor t(Shape{n});
+    if (n > 0) B::arange(t.data(), n);
+    return t;
+  }
   // Copies host values into a new tensor; `values` must hold shape.numel() items.
   static Tensor from_host(const Shape& shape, std::span<const T> values) {
     check(static_cast<std::int64_t>(values.size()) == shape.numel(), "Tensor::from_host",

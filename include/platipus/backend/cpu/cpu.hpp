@@ -47,6 +47,11 @@ struct cpu {
   }
 
   template <class T>
+  static void arange(T* y, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(i);
+  }
+
+  template <class T>
   static void unary(UnaryOp op, const T* x, T* y, std::int64_t n, T s) {
     using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
     Eigen::Map<const Array> in(x, n);

@@ -42,6 +42,8 @@ struct cuda {
   template <class T>
   static void fill(T* y, std::int64_t n, T value);
   template <class T>
+  static void arange(T* y, std::int64_t n);
+  template <class T>
   static void unary(UnaryOp op, const T* x, T* y, std::int64_t n, T s);
   template <class T>
   static void binary(BinaryOp op, const T* a, const T* b, T* y, const BroadcastLayout& l);

@@ -68,6 +68,11 @@ __global__ void fill_kernel(T* y, std::int64_t n, T value) {
   for (std::int64_t i = thread_index(); i < n; i += thread_count()) y[i] = value;
 }
 
+template <class T>
+__global__ void arange_kernel(T* y, std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += thread_count()) y[i] = static_cast<T>(i);
+}
+
 template <class T, class F>
 __global__ void unary_kernel(F f, const T* x, T* y, std::int64_t n, T s) {
   for (std::int64_t i = thread_index(); i < n; i += thread_count()) y[i] = f(x[i], s);
@@ -273,6 +278,11 @@ namespace platipus {
 template <class T>
 void cuda::fill(T* y, std::int64_t n, T value) {
   cuda_kernels::launch("cuda::fill", n, cuda_kernels::fill_kernel<T>, y, n, value);
+}
+
+template <class T>
+void cuda::arange(T* y, std::int64_t n) {
+  cuda_kernels::launch("cuda::arange", n, cuda_kernels::arange_kernel<T>, y, n);
 }
 
 template <class T>
