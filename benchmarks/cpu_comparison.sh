@@ -15,14 +15,15 @@ BENCH=${BENCH:-build/release/benchmarks/platipus_benchmarks}
 peer=benchmarks/peers/meta_step.py
 
 echo "platipus:"
-"$BENCH" --benchmark_filter='maml_sinusoid/0|platipus_sinusoid' --benchmark_repetitions=3 \
+"$BENCH" --benchmark_filter='maml_sinusoid/0|platipus_sinusoid|maml_conv4' --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true 2>/dev/null | grep -E '_median'
-for workload in "maml small" "platipus small" "platipus paper"; do
+for workload in "maml small" "platipus small" "platipus paper" "maml conv4-miniimagenet" "maml conv4-omniglot"; do
   set -- $workload
   for mode in loop vmap; do
-    "$TORCH_PYTHON" "$peer" --framework torch --mode "$mode" --algorithm "$1" --network "$2" --repeats 5 2>/dev/null | tail -1
+    "$TORCH_PYTHON" "$peer" --framework torch --mode "$mode" --algorithm "$1" --network "$2" \
+      --threads "$(nproc)" --warmup 1 --repeats 5 2>/dev/null | tail -1
   done
   if [ -n "$JAX_PYTHON" ]; then
-    "$JAX_PYTHON" "$peer" --framework jax --algorithm "$1" --network "$2" --repeats 20 2>/dev/null | tail -1
+    "$JAX_PYTHON" "$peer" --framework jax --algorithm "$1" --network "$2" --warmup 1 --repeats 5 2>/dev/null | tail -1
   fi
 done

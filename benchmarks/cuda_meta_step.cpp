@@ -129,11 +129,20 @@ BENCHMARK(cuda_platipus_sinusoid_graph<paper_network>)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Second-order MAML on conv4 (conv_workloads.hpp) through cuDNN, eager on
-// one thread (the first step, which chooses cuDNN's algorithms, not timed)
-// and replayed as a CUDA graph.
+// Second-order MAML on conv4 (conv_workloads.hpp) with each convolution
+// engine (gemm:0 cuDNN, gemm:1 im2col + cuBLAS), eager on one thread (the
+// first step, which chooses cuDNN's algorithms, not timed) and replayed as a
+// CUDA graph.
+// The convolution engine of a benchmark's argument: 0 cuDNN, 1 GEMM.
+void use_engine(benchmark::State& state) {
+  const bool gemm = state.range(0) == 1;
+  cuda::set_convolution_engine(gemm ? ConvolutionEngine::gemm : ConvolutionEngine::cudnn);
+  state.SetLabel(gemm ? "im2col + cuBLAS" : "cuDNN");
+}
+
 template <const conv_workloads::Workload& W>
 void cuda_maml_conv4(benchmark::State& state) {
+  use_engine(state);
   Generator gen(3);
   Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(
       conv_workloads::network(W), SoftmaxCrossEntropyLoss{}, conv_workloads::settings(1), gen);
@@ -146,26 +155,39 @@ void cuda_maml_conv4(benchmark::State& state) {
   }
 }
 BENCHMARK(cuda_maml_conv4<conv_workloads::miniimagenet>)
+    ->ArgName("gemm")
+    ->Arg(0)
+    ->Arg(1)
     ->Name("cuda_maml_conv4/miniimagenet")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(cuda_maml_conv4<conv_workloads::omniglot>)
+    ->ArgName("gemm")
+    ->Arg(0)
+    ->Arg(1)
     ->Name("cuda_maml_conv4/omniglot")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 template <const conv_workloads::Workload& W>
 void cuda_maml_conv4_graph(benchmark::State& state) {
+  use_engine(state);
   Generator gen(3);
   Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(
       conv_workloads::network(W), SoftmaxCrossEntropyLoss{}, conv_workloads::settings(1), gen);
   replay(state, maml, conv_workloads::batch<cuda>(W, gen), gen);
 }
 BENCHMARK(cuda_maml_conv4_graph<conv_workloads::miniimagenet>)
+    ->ArgName("gemm")
+    ->Arg(0)
+    ->Arg(1)
     ->Name("cuda_maml_conv4_graph/miniimagenet")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(cuda_maml_conv4_graph<conv_workloads::omniglot>)
+    ->ArgName("gemm")
+    ->Arg(0)
+    ->Arg(1)
     ->Name("cuda_maml_conv4_graph/omniglot")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -217,10 +217,10 @@ for b in benchmarks:
     threads = next((p.split(":")[1] for p in name.split("/") if p.startswith("threads:")), "?")
     if "conv4" in name:
         key = ("maml", "conv4-" + name.split("/")[1])
-        threads = "1"
+        threads = "1, " + ("gemm" if "gemm:1" in name else "cudnn")
     else:
         key = ("maml", "small") if "maml" in name else ("platipus", "paper" if "paper" in name else "small")
-    label = "platipus::cuda graph" if "_graph" in name else f"platipus::cuda {threads} threads"
+    label = f"platipus::cuda graph{' gemm' if 'gemm:1' in name else ''}" if "_graph" in name else f"platipus::cuda {threads} threads"
     rows.setdefault(key, {})[label] = b["real_time"] / (1e6 if b.get("time_unit") == "ns" else 1e3 if b.get("time_unit") == "us" else 1)
 path = os.path.join(out, "peers.jsonl")
 if os.path.exists(path):
@@ -241,7 +241,8 @@ if os.path.exists(path):
         if r.get("Metric Name") != "gpu__time_duration.sum":
             continue
         value = float(r["Metric Value"].replace(",", ""))
-        value *= {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3}.get(r.get("Metric Unit"), 1)
+        value *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}.get(
+            r.get("Metric Unit"), 1)
         total += value
         per_kernel[r["Kernel Name"].split("(")[0][:60]] += value
     print(f"profile: {sum(1 for _ in csv.DictReader(lines))} kernel launches, {total:.1f} us of kernel time")

@@ -1,5 +1,7 @@
-// platipus::cuda's convolutions through cuDNN's convolution API, compiled
-// by the host compiler. cuDNN's grouped convolution takes the groups as
+// platipus::cuda's convolutions, compiled by the host compiler: through
+// cuDNN's convolution API, or as im2col and cuBLAS GEMMs (the GEMM engine).
+//
+// cuDNN. cuDNN's grouped convolution takes the groups as
 // channel blocks of one image ([n, groups c, h, w]), while the library
 // keeps each group's images together ([groups, n, c, h, w]: a task's points
 // are contiguous), so inputs and outputs are transposed around the call
@@ -8,6 +10,15 @@
 // heuristics, among deterministic ones in full-precision FMA arithmetic (no
 // TF32), so a step gives the same numbers on every run and close to the CPU
 // backend's. Workspaces come from the thread's device cache.
+//
+// GEMM. im2col writes x's windows as col [groups, C k k, n, Ho Wo], so that
+// one strided batched GEMM per call computes every group's filters times
+// its columns, [groups, C_out, n, Ho Wo], transposed to the library's
+// [groups, n, C_out, Ho Wo] (no copy for one image per group); the adjoints
+// are the transposed GEMMs, and col2im gathers each pixel's column entries.
+// cuBLAS's FP32 GEMM (no TF32) and a gather instead of atomics keep it
+// deterministic. Column buffers come from the thread's device cache too.
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -18,6 +29,7 @@
 
 #include <cudnn.h>
 
+#include "convolution_kernels.hpp"
 #include "platipus/backend/cuda/cuda.hpp"
 #include "platipus/core/error.hpp"
 
@@ -212,10 +224,8 @@ std::size_t bytes_if_transposed(const ConvLayout& l, std::int64_t per_image) {
   return transposes(l) ? static_cast<std::size_t>(l.groups * l.n * per_image) * sizeof(T) : 0;
 }
 
-}  // namespace
-
 template <class T>
-void cuda::conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
+void cudnn_conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
   Plan& p = plan<T>(l);
   const std::int64_t x_image = l.c * l.h * l.w, y_image = l.c_out * l.ho * l.wo;
   const Scratch xs(bytes_if_transposed<T>(l, x_image)), ys(bytes_if_transposed<T>(l, y_image));
@@ -230,7 +240,7 @@ void cuda::conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
 }
 
 template <class T>
-void cuda::conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
+void cudnn_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
   Plan& p = plan<T>(l);
   const std::int64_t x_image = l.c * l.h * l.w, y_image = l.c_out * l.ho * l.wo;
   const Scratch dys(bytes_if_transposed<T>(l, y_image)), dxs(bytes_if_transposed<T>(l, x_image));
@@ -246,7 +256,7 @@ void cuda::conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx
 }
 
 template <class T>
-void cuda::conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
+void cudnn_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
   Plan& p = plan<T>(l);
   const std::int64_t x_image = l.c * l.h * l.w, y_image = l.c_out * l.ho * l.wo;
   const Scratch xs(bytes_if_transposed<T>(l, x_image)), dys(bytes_if_transposed<T>(l, y_image));
@@ -258,6 +268,100 @@ void cuda::conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* d
                                      in_cudnn_order(dy, y_image, l, dys), p.conv, algorithm.algo,
                                      workspace.data, workspace.bytes, &zero, p.w, dw),
       "cudnnConvolutionBackwardFilter");
+}
+
+// ---- the GEMM engine ----
+
+// dst [g, b, a, inner] = src [g, a, b, inner].
+template <class T>
+void swap_middle(const T* src, T* dst, std::int64_t g, std::int64_t a, std::int64_t b,
+                 std::int64_t inner) {
+  CopyLayout l;
+  l.rank = 4;
+  l.dims[0] = g, l.dims[1] = a, l.dims[2] = b, l.dims[3] = inner;
+  l.stride_src[0] = a * b * inner, l.stride_src[1] = b * inner, l.stride_src[2] = inner;
+  l.stride_dst[0] = a * b * inner, l.stride_dst[1] = inner, l.stride_dst[2] = a * inner;
+  l.stride_src[3] = l.stride_dst[3] = 1;
+  cuda::strided_copy(src, dst, l);
+}
+
+// The output gradient dy [g, n, C_out, Ho Wo] as [g, C_out, n, Ho Wo]: dy
+// itself for one image per group, else a transposed copy in `scratch`.
+template <class T>
+const T* channels_first(const ConvLayout& l, const T* dy, const Scratch& scratch) {
+  if (l.n == 1) return dy;
+  swap_middle(dy, scratch.as<T>(), l.groups, l.n, l.c_out, l.ho * l.wo);
+  return scratch.as<T>();
+}
+
+template <class T>
+std::size_t bytes(std::int64_t count) {
+  return static_cast<std::size_t>(count) * sizeof(T);
+}
+
+template <class T>
+void gemm_conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
+  const std::int64_t ckk = l.c * l.kernel * l.kernel, columns = l.n * l.ho * l.wo;
+  const Scratch col(bytes<T>(l.groups * ckk * columns));
+  const Scratch out(l.n > 1 ? bytes<T>(l.y_numel()) : 0);
+  detail::im2col(l, x, col.as<T>());
+  GemmLayout<T> g;  // y[g] = w[g] col[g]
+  g.m = l.c_out, g.n = columns, g.k = ckk, g.batch = l.groups;
+  g.stride_a = l.c_out * ckk, g.stride_b = ckk * columns, g.stride_c = l.c_out * columns;
+  cuda::gemm(g, w, col.as<T>(), l.n > 1 ? out.as<T>() : y);
+  if (l.n > 1) swap_middle(out.as<T>(), y, l.groups, l.c_out, l.n, l.ho * l.wo);
+}
+
+template <class T>
+void gemm_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
+  const std::int64_t ckk = l.c * l.kernel * l.kernel, columns = l.n * l.ho * l.wo;
+  const Scratch transposed(l.n > 1 ? bytes<T>(l.y_numel()) : 0);
+  const Scratch col(bytes<T>(l.groups * ckk * columns));
+  GemmLayout<T> g;  // dcol[g] = w[g]^T dy[g]
+  g.trans_a = true;
+  g.m = ckk, g.n = columns, g.k = l.c_out, g.batch = l.groups;
+  g.stride_a = l.c_out * ckk, g.stride_b = l.c_out * columns, g.stride_c = ckk * columns;
+  cuda::gemm(g, w, channels_first(l, dy, transposed), col.as<T>());
+  detail::col2im(l, col.as<T>(), dx);
+}
+
+template <class T>
+void gemm_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
+  const std::int64_t ckk = l.c * l.kernel * l.kernel, columns = l.n * l.ho * l.wo;
+  const Scratch transposed(l.n > 1 ? bytes<T>(l.y_numel()) : 0);
+  const Scratch col(bytes<T>(l.groups * ckk * columns));
+  detail::im2col(l, x, col.as<T>());
+  GemmLayout<T> g;  // dw[g] = dy[g] col[g]^T
+  g.trans_b = true;
+  g.m = l.c_out, g.n = ckk, g.k = columns, g.batch = l.groups;
+  g.stride_a = l.c_out * columns, g.stride_b = ckk * columns, g.stride_c = l.c_out * ckk;
+  cuda::gemm(g, channels_first(l, dy, transposed), col.as<T>(), dw);
+}
+
+std::atomic<ConvolutionEngine> engine{ConvolutionEngine::cudnn};
+
+}  // namespace
+
+void cuda::set_convolution_engine(ConvolutionEngine e) {
+  engine = e;
+}
+ConvolutionEngine cuda::convolution_engine() {
+  return engine;
+}
+
+template <class T>
+void cuda::conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
+  engine == ConvolutionEngine::gemm ? gemm_conv2d(l, x, w, y) : cudnn_conv2d(l, x, w, y);
+}
+template <class T>
+void cuda::conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
+  engine == ConvolutionEngine::gemm ? gemm_input_grad(l, dy, w, dx)
+                                    : cudnn_input_grad(l, dy, w, dx);
+}
+template <class T>
+void cuda::conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
+  engine == ConvolutionEngine::gemm ? gemm_weight_grad(l, x, dy, dw)
+                                    : cudnn_weight_grad(l, x, dy, dw);
 }
 
 #define PLATIPUS_INSTANTIATE(T)                                                        \

@@ -1,10 +1,13 @@
 // The kernel-launching members of platipus::cuda, instantiated for the two
 // value types the library computes in, and CudaGraph's salt update.
+#include "convolution_kernels.hpp"
 #include "platipus/backend/cuda/kernels.cuh"
 
 namespace platipus {
 
 #define PLATIPUS_INSTANTIATE(T)                                                                  \
+  template void detail::im2col<T>(const ConvLayout&, const T*, T*);                              \
+  template void detail::col2im<T>(const ConvLayout&, const T*, T*);                              \
   template void cuda::fill<T>(T*, std::int64_t, T);                                              \
   template void cuda::arange<T>(T*, std::int64_t);                                               \
   template void cuda::unary<T>(UnaryOp, const T*, T*, std::int64_t, T);                          \

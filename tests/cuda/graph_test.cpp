@@ -58,6 +58,7 @@ TEST_CASE(
     "replayed conv4 meta-steps with class labels (cuDNN, one-hot on the device) match eager "
     "meta-steps on the CPU backend",
     "[cuda][graph][conv]") {
+  const parity::UsingEngine engine(parity::each_convolution_engine());
   const MamlSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.1}, .threads = 1};
   const auto model =
       nn::conv4({.channels = 1, .size = 12, .filters = 4, .blocks = 2, .outputs = 3});

@@ -110,6 +110,7 @@ TEST_CASE("task-parallel meta-steps on several threads match one thread on the d
 TEMPLATE_TEST_CASE("MAML and PLATIPUS meta-gradients through conv4 match the CPU backend",
                    "[cuda][maml][platipus][conv]", float, double) {
   using T = TestType;
+  const parity::UsingEngine engine(parity::each_convolution_engine());
   const auto model =
       nn::conv4({.channels = 1, .size = 12, .filters = 4, .blocks = 2, .outputs = 3});
   const auto batch = image_batch<T>(21, 3, 3, 1, 2, 12);
@@ -143,6 +144,7 @@ TEMPLATE_TEST_CASE("MAML and PLATIPUS meta-gradients through conv4 match the CPU
 }
 
 TEST_CASE("steady-state conv4 meta-steps allocate no device memory", "[cuda][memory][conv]") {
+  const parity::UsingEngine engine(parity::each_convolution_engine());
   const auto batch = on_device(image_batch<float>(26, 4, 5, 1, 3, 28));
   Generator gen(27);
   Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(

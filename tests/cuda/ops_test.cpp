@@ -275,6 +275,7 @@ TEMPLATE_TEST_CASE("losses and the KL term match the CPU backend", "[cuda][ops][
 TEMPLATE_TEST_CASE("convolution and pooling ops match the CPU backend", "[cuda][ops][conv]", float,
                    double) {
   using T = TestType;
+  const parity::UsingEngine engine(parity::each_convolution_engine());
   const Window window{.kernel = 3, .stride = 2, .padding = 1};
   // Several tasks of several images: cuDNN's grouped call with transposes.
   const Shape x_shape{3, 4, 2, 7, 6}, w_shape{3, 5, 2, 3, 3}, shared_w{5, 2, 3, 3};

@@ -164,6 +164,22 @@ TaskBatch<T> image_batch(std::uint64_t seed, std::int64_t tasks, std::int64_t wa
           raw::normal<T>({tasks, ways * queries, 1, size, size}, gen), labels(ways * queries)};
 }
 
+// Each convolution engine in turn (a Catch2 generator), restored afterwards.
+inline ConvolutionEngine each_convolution_engine() {
+  return GENERATE(ConvolutionEngine::cudnn, ConvolutionEngine::gemm);
+}
+struct UsingEngine {
+  ConvolutionEngine saved = cuda::convolution_engine();
+  explicit UsingEngine(ConvolutionEngine engine) {
+    cuda::set_convolution_engine(engine);
+    UNSCOPED_INFO("convolution engine "
+                  << (engine == ConvolutionEngine::gemm ? "gemm (im2col + cuBLAS)" : "cuDNN"));
+  }
+  UsingEngine(const UsingEngine&) = delete;
+  UsingEngine& operator=(const UsingEngine&) = delete;
+  ~UsingEngine() { cuda::set_convolution_engine(saved); }
+};
+
 template <class T>
 TaskBatch<T, cuda> on_device(const TaskBatch<T>& b) {
   return {b.support_x.template to<cuda>(), b.support_y.template to<cuda>(),

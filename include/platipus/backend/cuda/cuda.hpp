@@ -19,6 +19,12 @@
 
 namespace platipus {
 
+// How platipus::cuda computes convolutions: cuDNN's grouped convolution, or
+// im2col into a column buffer and one cuBLAS GEMM for every group of a call
+// (a buffer of C k k values per output position of every image, freed after
+// the call). benchmarks/README.md measures both.
+enum class ConvolutionEngine { cudnn, gemm };
+
 struct cuda {
   static constexpr const char* name = "cuda";
   // One host thread: for the networks of the paper a meta-step is hundreds
@@ -73,7 +79,10 @@ struct cuda {
   template <class T>
   static void scatter_add(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l);
 
-  // ---- convolution (cuDNN, src/cuda/convolution.cpp) and pooling ----
+  // ---- convolution (src/cuda/convolution.cpp) and pooling ----
+  // The engine for every thread's convolutions from now on.
+  static void set_convolution_engine(ConvolutionEngine engine);
+  static ConvolutionEngine convolution_engine();
   template <class T>
   static void conv2d(const ConvLayout& l, const T* x, const T* w, T* y);
   template <class T>

@@ -14,6 +14,7 @@
 #include "platipus/backend/cuda/cuda.hpp"
 #include "platipus/backend/cuda/graph.hpp"
 #include "platipus/backend/cuda/status.hpp"
+#include "platipus/backend/layouts.hpp"
 #include "platipus/core/philox.hpp"
 
 namespace platipus::cuda_kernels {
@@ -228,6 +229,45 @@ __global__ void max_pool_kernel(const T* x, T* y, std::int64_t* positions, PoolL
   }
 }
 
+// im2col and col2im of the GEMM convolution engine (src/cuda/convolution_kernels.hpp).
+template <class T>
+__global__ void im2col_kernel(const T* x, T* col, ConvLayout l, std::int64_t total) {
+  const std::int64_t positions = l.ho * l.wo, kk = l.kernel * l.kernel;
+  for (std::int64_t e = thread_index(); e < total; e += thread_count()) {
+    const std::int64_t position = e % positions, image = (e / positions) % l.n;
+    const std::int64_t row = (e / (positions * l.n)) % (l.c * kk);
+    const std::int64_t group = e / (positions * l.n * l.c * kk);
+    const std::int64_t ch = row / kk, a = (row % kk) / l.kernel, b = row % l.kernel;
+    const std::int64_t y = (position / l.wo) * l.stride + a - l.padding;
+    const std::int64_t x_ = (position % l.wo) * l.stride + b - l.padding;
+    col[e] = y >= 0 && y < l.h && x_ >= 0 && x_ < l.w
+                 ? x[(((group * l.n + image) * l.c + ch) * l.h + y) * l.w + x_]
+                 : T(0);
+  }
+}
+
+template <class T>
+__global__ void col2im_kernel(const T* col, T* dx, ConvLayout l, std::int64_t total) {
+  const std::int64_t positions = l.ho * l.wo, kk = l.kernel * l.kernel;
+  for (std::int64_t e = thread_index(); e < total; e += thread_count()) {
+    const std::int64_t x_ = e % l.w, y = (e / l.w) % l.h, ch = (e / (l.w * l.h)) % l.c;
+    const std::int64_t image = (e / (l.w * l.h * l.c)) % l.n, group = e / (l.w * l.h * l.c * l.n);
+    T sum = 0;
+    for (std::int64_t a = 0; a < l.kernel; ++a) {
+      const std::int64_t oy = y + l.padding - a;
+      if (oy < 0 || oy % l.stride != 0 || oy / l.stride >= l.ho) continue;
+      for (std::int64_t b = 0; b < l.kernel; ++b) {
+        const std::int64_t ox = x_ + l.padding - b;
+        if (ox < 0 || ox % l.stride != 0 || ox / l.stride >= l.wo) continue;
+        const std::int64_t row = ch * kk + a * l.kernel + b;
+        sum += col[((group * l.c * kk + row) * l.n + image) * positions + (oy / l.stride) * l.wo +
+                   ox / l.stride];
+      }
+    }
+    dx[e] = sum;
+  }
+}
+
 // One thread per Philox block: element i reads block first_block + i / per_block,
 // lane i % per_block, exactly as the CPU backend does. Inside a graph
 // recording, `salt` (device memory the graph advances after each replay) is
@@ -349,6 +389,20 @@ template <class T>
 void cuda::gather(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
   const std::int64_t n = l.outer * l.count * l.inner;
   cuda_kernels::launch("cuda::gather", n, cuda_kernels::gather_kernel<T>, src, index, dst, l, n);
+}
+
+template <class T>
+void detail::im2col(const ConvLayout& l, const T* x, T* col) {
+  const std::int64_t total = l.groups * l.c * l.kernel * l.kernel * l.n * l.ho * l.wo;
+  cuda_kernels::launch("cuda::conv2d (im2col)", total, cuda_kernels::im2col_kernel<T>, x, col, l,
+                       total);
+}
+
+template <class T>
+void detail::col2im(const ConvLayout& l, const T* col, T* dx) {
+  const std::int64_t total = l.x_numel();
+  cuda_kernels::launch("cuda::conv2d_input_grad (col2im)", total, cuda_kernels::col2im_kernel<T>,
+                       col, dx, l, total);
 }
 
 template <class T>
