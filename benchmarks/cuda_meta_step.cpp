@@ -130,14 +130,16 @@ BENCHMARK(cuda_platipus_sinusoid_graph<paper_network>)
     ->UseRealTime();
 
 // Second-order MAML on conv4 (conv_workloads.hpp) with each convolution
-// engine (gemm:0 cuDNN, gemm:1 im2col + cuBLAS), eager on one thread (the
+// engine (engine:1 cuDNN, engine:2 im2col + cuBLAS), eager on one thread (the
 // first step, which chooses cuDNN's algorithms, not timed) and replayed as a
 // CUDA graph.
-// The convolution engine of a benchmark's argument: 0 cuDNN, 1 GEMM.
+// The convolution engine of a benchmark's argument: 0 automatic, 1 cuDNN, 2 GEMM.
 void use_engine(benchmark::State& state) {
-  const bool gemm = state.range(0) == 1;
-  cuda::set_convolution_engine(gemm ? ConvolutionEngine::gemm : ConvolutionEngine::cudnn);
-  state.SetLabel(gemm ? "im2col + cuBLAS" : "cuDNN");
+  const auto engine = static_cast<ConvolutionEngine>(state.range(0));
+  cuda::set_convolution_engine(engine);
+  state.SetLabel(engine == ConvolutionEngine::automatic ? "automatic"
+                 : engine == ConvolutionEngine::cudnn   ? "cuDNN"
+                                                        : "im2col + cuBLAS");
 }
 
 template <const conv_workloads::Workload& W>
@@ -155,16 +157,16 @@ void cuda_maml_conv4(benchmark::State& state) {
   }
 }
 BENCHMARK(cuda_maml_conv4<conv_workloads::miniimagenet>)
-    ->ArgName("gemm")
-    ->Arg(0)
+    ->ArgName("engine")
     ->Arg(1)
+    ->Arg(2)
     ->Name("cuda_maml_conv4/miniimagenet")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(cuda_maml_conv4<conv_workloads::omniglot>)
-    ->ArgName("gemm")
-    ->Arg(0)
+    ->ArgName("engine")
     ->Arg(1)
+    ->Arg(2)
     ->Name("cuda_maml_conv4/omniglot")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
@@ -178,16 +180,16 @@ void cuda_maml_conv4_graph(benchmark::State& state) {
   replay(state, maml, conv_workloads::batch<cuda>(W, gen), gen);
 }
 BENCHMARK(cuda_maml_conv4_graph<conv_workloads::miniimagenet>)
-    ->ArgName("gemm")
-    ->Arg(0)
+    ->ArgName("engine")
     ->Arg(1)
+    ->Arg(2)
     ->Name("cuda_maml_conv4_graph/miniimagenet")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(cuda_maml_conv4_graph<conv_workloads::omniglot>)
-    ->ArgName("gemm")
-    ->Arg(0)
+    ->ArgName("engine")
     ->Arg(1)
+    ->Arg(2)
     ->Name("cuda_maml_conv4_graph/omniglot")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -217,10 +217,10 @@ for b in benchmarks:
     threads = next((p.split(":")[1] for p in name.split("/") if p.startswith("threads:")), "?")
     if "conv4" in name:
         key = ("maml", "conv4-" + name.split("/")[1])
-        threads = "1, " + ("gemm" if "gemm:1" in name else "cudnn")
+        threads = "1, " + ("gemm" if "engine:2" in name else "cudnn")
     else:
         key = ("maml", "small") if "maml" in name else ("platipus", "paper" if "paper" in name else "small")
-    label = f"platipus::cuda graph{' gemm' if 'gemm:1' in name else ''}" if "_graph" in name else f"platipus::cuda {threads} threads"
+    label = f"platipus::cuda graph{' gemm' if 'engine:2' in name else ''}" if "_graph" in name else f"platipus::cuda {threads} threads"
     rows.setdefault(key, {})[label] = b["real_time"] / (1e6 if b.get("time_unit") == "ns" else 1e3 if b.get("time_unit") == "us" else 1)
 path = os.path.join(out, "peers.jsonl")
 if os.path.exists(path):

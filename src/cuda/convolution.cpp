@@ -338,7 +338,13 @@ void gemm_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
   cuda::gemm(g, channels_first(l, dy, transposed), col.as<T>(), dw);
 }
 
-std::atomic<ConvolutionEngine> engine{ConvolutionEngine::cudnn};
+std::atomic<ConvolutionEngine> engine{ConvolutionEngine::automatic};
+
+// Whether a call with this layout goes to the GEMM engine (see ConvolutionEngine).
+bool by_gemm(const ConvLayout& l) {
+  const ConvolutionEngine e = engine;
+  return e == ConvolutionEngine::gemm || (e == ConvolutionEngine::automatic && l.groups > 4);
+}
 
 }  // namespace
 
@@ -351,17 +357,15 @@ ConvolutionEngine cuda::convolution_engine() {
 
 template <class T>
 void cuda::conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
-  engine == ConvolutionEngine::gemm ? gemm_conv2d(l, x, w, y) : cudnn_conv2d(l, x, w, y);
+  by_gemm(l) ? gemm_conv2d(l, x, w, y) : cudnn_conv2d(l, x, w, y);
 }
 template <class T>
 void cuda::conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
-  engine == ConvolutionEngine::gemm ? gemm_input_grad(l, dy, w, dx)
-                                    : cudnn_input_grad(l, dy, w, dx);
+  by_gemm(l) ? gemm_input_grad(l, dy, w, dx) : cudnn_input_grad(l, dy, w, dx);
 }
 template <class T>
 void cuda::conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
-  engine == ConvolutionEngine::gemm ? gemm_weight_grad(l, x, dy, dw)
-                                    : cudnn_weight_grad(l, x, dy, dw);
+  by_gemm(l) ? gemm_weight_grad(l, x, dy, dw) : cudnn_weight_grad(l, x, dy, dw);
 }
 
 #define PLATIPUS_INSTANTIATE(T)                                                        \

@@ -166,7 +166,7 @@ TaskBatch<T> image_batch(std::uint64_t seed, std::int64_t tasks, std::int64_t wa
 
 // Each convolution engine in turn (a Catch2 generator), restored afterwards.
 inline ConvolutionEngine each_convolution_engine() {
-  return GENERATE(ConvolutionEngine::cudnn, ConvolutionEngine::gemm);
+  return GENERATE(ConvolutionEngine::cudnn, ConvolutionEngine::gemm);  // automatic picks one
 }
 struct UsingEngine {
   ConvolutionEngine saved = cuda::convolution_engine();

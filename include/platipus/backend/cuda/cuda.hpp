@@ -22,8 +22,13 @@ namespace platipus {
 // How platipus::cuda computes convolutions: cuDNN's grouped convolution, or
 // im2col into a column buffer and one cuBLAS GEMM for every group of a call
 // (a buffer of C k k values per output position of every image, freed after
-// the call). benchmarks/README.md measures both.
-enum class ConvolutionEngine { cudnn, gemm };
+// the call); `automatic`, the default, takes the GEMM engine for calls of
+// more than 4 groups (tasks with their own filters), cuDNN otherwise: cuDNN
+// 9.19 runs a grouped convolution's gradients as kernels per group, which
+// costs more than the column buffer's traffic at many groups (measured in
+// benchmarks/README.md). The choice depends on the layout alone, so a run
+// gives the same numbers every time.
+enum class ConvolutionEngine { automatic, cudnn, gemm };
 
 struct cuda {
   static constexpr const char* name = "cuda";

@@ -42,26 +42,43 @@ __device__ inline std::int64_t thread_count() {
   return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
 }
 
+template <class I = std::int64_t>
 struct Offsets {
-  std::int64_t first = 0, second = 0;
+  I first = 0, second = 0;
 };
 
 // Element i's row-major multi-index over `dims`, dotted with two stride
-// vectors. The outermost index needs no division: it is what remains.
-__device__ inline Offsets offsets(std::int64_t i, int rank, const Strides& dims,
-                                  const Strides& first, const Strides& second) {
-  Offsets o;
+// vectors. The outermost index needs no division: it is what remains. I is
+// the index type: 32-bit arithmetic where every offset fits (a 64-bit
+// division costs several times a 32-bit one).
+template <class I = std::int64_t>
+__device__ inline Offsets<I> offsets(I i, int rank, const Strides& dims, const Strides& first,
+                                     const Strides& second) {
+  Offsets<I> o;
   for (int d = rank - 1; d > 0; --d) {
-    const std::int64_t k = i % dims[d];
-    i /= dims[d];
-    o.first += k * first[d];
-    o.second += k * second[d];
+    const I extent = static_cast<I>(dims[d]);
+    const I k = i % extent;
+    i /= extent;
+    o.first += k * static_cast<I>(first[d]);
+    o.second += k * static_cast<I>(second[d]);
   }
   if (rank > 0) {
-    o.first += i * first[0];
-    o.second += i * second[0];
+    o.first += i * static_cast<I>(first[0]);
+    o.second += i * static_cast<I>(second[0]);
   }
   return o;
+}
+
+// Whether n elements and every offset a layout reaches fit 32-bit indices.
+inline bool fits_int32(std::int64_t n, int rank, const Strides& dims, const Strides& first,
+                       const Strides& second) {
+  std::int64_t a = 0, b = 0;
+  for (int d = 0; d < rank; ++d) {
+    a += (dims[d] - 1) * first[d];
+    b += (dims[d] - 1) * second[d];
+  }
+  constexpr std::int64_t limit = std::numeric_limits<std::int32_t>::max();
+  return n <= limit && a <= limit && b <= limit;
 }
 
 template <class T>
@@ -83,7 +100,7 @@ template <class T, class F>
 __global__ void binary_kernel(F f, const T* a, const T* b, T* y, BroadcastLayout l,
                               std::int64_t n) {
   for (std::int64_t i = thread_index(); i < n; i += thread_count()) {
-    const Offsets o = offsets(i, l.rank, l.dims, l.stride_a, l.stride_b);
+    const Offsets<> o = offsets(i, l.rank, l.dims, l.stride_a, l.stride_b);
     y[i] = f(a[o.first], b[o.second]);
   }
 }
@@ -169,7 +186,7 @@ __global__ void reduce_kernel(Combine combine, T identity, const T* x, T* y, Red
   for (std::int64_t o =
            static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / Group;
        o < p.outputs; o += stride) {
-    const Offsets base = offsets(o, p.kept_rank, p.kept_dims, p.kept_in, p.kept_out);
+    const Offsets<> base = offsets(o, p.kept_rank, p.kept_dims, p.kept_in, p.kept_out);
     T acc = identity;
     for (std::int64_t j = member; j < p.length; j += Group)
       acc = combine(x[base.first +
@@ -180,10 +197,10 @@ __global__ void reduce_kernel(Combine combine, T identity, const T* x, T* y, Red
   }
 }
 
-template <class T>
-__global__ void copy_kernel(const T* src, T* dst, CopyLayout l, std::int64_t n) {
-  for (std::int64_t i = thread_index(); i < n; i += thread_count()) {
-    const Offsets o = offsets(i, l.rank, l.dims, l.stride_src, l.stride_dst);
+template <class T, class I>
+__global__ void copy_kernel(const T* src, T* dst, CopyLayout l, I n) {
+  for (I i = static_cast<I>(thread_index()); i < n; i += static_cast<I>(thread_count())) {
+    const Offsets<I> o = offsets<I>(i, l.rank, l.dims, l.stride_src, l.stride_dst);
     dst[o.second] = src[o.first];
   }
 }
@@ -230,38 +247,46 @@ __global__ void max_pool_kernel(const T* x, T* y, std::int64_t* positions, PoolL
 }
 
 // im2col and col2im of the GEMM convolution engine (src/cuda/convolution_kernels.hpp).
-template <class T>
-__global__ void im2col_kernel(const T* x, T* col, ConvLayout l, std::int64_t total) {
-  const std::int64_t positions = l.ho * l.wo, kk = l.kernel * l.kernel;
-  for (std::int64_t e = thread_index(); e < total; e += thread_count()) {
-    const std::int64_t position = e % positions, image = (e / positions) % l.n;
-    const std::int64_t row = (e / (positions * l.n)) % (l.c * kk);
-    const std::int64_t group = e / (positions * l.n * l.c * kk);
-    const std::int64_t ch = row / kk, a = (row % kk) / l.kernel, b = row % l.kernel;
-    const std::int64_t y = (position / l.wo) * l.stride + a - l.padding;
-    const std::int64_t x_ = (position % l.wo) * l.stride + b - l.padding;
-    col[e] = y >= 0 && y < l.h && x_ >= 0 && x_ < l.w
-                 ? x[(((group * l.n + image) * l.c + ch) * l.h + y) * l.w + x_]
+template <class T, class I>
+__global__ void im2col_kernel(const T* x, T* col, ConvLayout cl, I total) {
+  const I positions = static_cast<I>(cl.ho * cl.wo), n = static_cast<I>(cl.n);
+  const I kernel = static_cast<I>(cl.kernel), kk = kernel * kernel,
+          rows = static_cast<I>(cl.c) * kk;
+  const I h = static_cast<I>(cl.h), w = static_cast<I>(cl.w), wo = static_cast<I>(cl.wo);
+  const I stride = static_cast<I>(cl.stride), padding = static_cast<I>(cl.padding);
+  for (I e = static_cast<I>(thread_index()); e < total; e += static_cast<I>(thread_count())) {
+    const I position = e % positions, rest = e / positions;
+    const I image = rest % n, group_row = rest / n;
+    const I row = group_row % rows, group = group_row / rows;
+    const I ch = row / kk, a = (row % kk) / kernel, b = row % kernel;
+    const I y = (position / wo) * stride + a - padding;
+    const I x_ = (position % wo) * stride + b - padding;
+    col[e] = y >= 0 && y < h && x_ >= 0 && x_ < w
+                 ? x[(((group * n + image) * static_cast<I>(cl.c) + ch) * h + y) * w + x_]
                  : T(0);
   }
 }
 
-template <class T>
-__global__ void col2im_kernel(const T* col, T* dx, ConvLayout l, std::int64_t total) {
-  const std::int64_t positions = l.ho * l.wo, kk = l.kernel * l.kernel;
-  for (std::int64_t e = thread_index(); e < total; e += thread_count()) {
-    const std::int64_t x_ = e % l.w, y = (e / l.w) % l.h, ch = (e / (l.w * l.h)) % l.c;
-    const std::int64_t image = (e / (l.w * l.h * l.c)) % l.n, group = e / (l.w * l.h * l.c * l.n);
+template <class T, class I>
+__global__ void col2im_kernel(const T* col, T* dx, ConvLayout cl, I total) {
+  const I positions = static_cast<I>(cl.ho * cl.wo), n = static_cast<I>(cl.n);
+  const I kernel = static_cast<I>(cl.kernel), kk = kernel * kernel, c = static_cast<I>(cl.c);
+  const I h = static_cast<I>(cl.h), w = static_cast<I>(cl.w);
+  const I ho = static_cast<I>(cl.ho), wo = static_cast<I>(cl.wo);
+  const I stride = static_cast<I>(cl.stride), padding = static_cast<I>(cl.padding);
+  for (I e = static_cast<I>(thread_index()); e < total; e += static_cast<I>(thread_count())) {
+    const I x_ = e % w, y = (e / w) % h, rest = e / (w * h);
+    const I ch = rest % c, image = (rest / c) % n, group = rest / (c * n);
     T sum = 0;
-    for (std::int64_t a = 0; a < l.kernel; ++a) {
-      const std::int64_t oy = y + l.padding - a;
-      if (oy < 0 || oy % l.stride != 0 || oy / l.stride >= l.ho) continue;
-      for (std::int64_t b = 0; b < l.kernel; ++b) {
-        const std::int64_t ox = x_ + l.padding - b;
-        if (ox < 0 || ox % l.stride != 0 || ox / l.stride >= l.wo) continue;
-        const std::int64_t row = ch * kk + a * l.kernel + b;
-        sum += col[((group * l.c * kk + row) * l.n + image) * positions + (oy / l.stride) * l.wo +
-                   ox / l.stride];
+    for (I a = 0; a < kernel; ++a) {
+      const I oy = y + padding - a;
+      if (oy < 0 || oy % stride != 0 || oy / stride >= ho) continue;
+      for (I b = 0; b < kernel; ++b) {
+        const I ox = x_ + padding - b;
+        if (ox < 0 || ox % stride != 0 || ox / stride >= wo) continue;
+        const I row = ch * kk + a * kernel + b;
+        sum += col[((group * c * kk + row) * n + image) * positions + (oy / stride) * wo +
+                   ox / stride];
       }
     }
     dx[e] = sum;
@@ -382,7 +407,12 @@ void cuda::reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l) {
 template <class T>
 void cuda::strided_copy(const T* src, T* dst, const CopyLayout& l) {
   const std::int64_t n = l.numel();
-  cuda_kernels::launch("cuda::strided_copy", n, cuda_kernels::copy_kernel<T>, src, dst, l, n);
+  if (cuda_kernels::fits_int32(n, l.rank, l.dims, l.stride_src, l.stride_dst))
+    cuda_kernels::launch("cuda::strided_copy", n, cuda_kernels::copy_kernel<T, std::int32_t>, src,
+                         dst, l, static_cast<std::int32_t>(n));
+  else
+    cuda_kernels::launch("cuda::strided_copy", n, cuda_kernels::copy_kernel<T, std::int64_t>, src,
+                         dst, l, n);
 }
 
 template <class T>
@@ -394,15 +424,28 @@ void cuda::gather(const T* src, const std::int64_t* index, T* dst, const IndexLa
 template <class T>
 void detail::im2col(const ConvLayout& l, const T* x, T* col) {
   const std::int64_t total = l.groups * l.c * l.kernel * l.kernel * l.n * l.ho * l.wo;
-  cuda_kernels::launch("cuda::conv2d (im2col)", total, cuda_kernels::im2col_kernel<T>, x, col, l,
-                       total);
+  // 32-bit indices where the columns and the images fit them.
+  if (total <= std::numeric_limits<std::int32_t>::max() &&
+      l.x_numel() <= std::numeric_limits<std::int32_t>::max())
+    cuda_kernels::launch("cuda::conv2d (im2col)", total,
+                         cuda_kernels::im2col_kernel<T, std::int32_t>, x, col, l,
+                         static_cast<std::int32_t>(total));
+  else
+    cuda_kernels::launch("cuda::conv2d (im2col)", total,
+                         cuda_kernels::im2col_kernel<T, std::int64_t>, x, col, l, total);
 }
 
 template <class T>
 void detail::col2im(const ConvLayout& l, const T* col, T* dx) {
   const std::int64_t total = l.x_numel();
-  cuda_kernels::launch("cuda::conv2d_input_grad (col2im)", total, cuda_kernels::col2im_kernel<T>,
-                       col, dx, l, total);
+  const std::int64_t columns = l.groups * l.c * l.kernel * l.kernel * l.n * l.ho * l.wo;
+  if (columns <= std::numeric_limits<std::int32_t>::max())
+    cuda_kernels::launch("cuda::conv2d_input_grad (col2im)", total,
+                         cuda_kernels::col2im_kernel<T, std::int32_t>, col, dx, l,
+                         static_cast<std::int32_t>(total));
+  else
+    cuda_kernels::launch("cuda::conv2d_input_grad (col2im)", total,
+                         cuda_kernels::col2im_kernel<T, std::int64_t>, col, dx, l, total);
 }
 
 template <class T>
