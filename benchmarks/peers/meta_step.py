@@ -235,7 +235,10 @@ def run_torch_conv(args):
             (sum(task_objective(t) for t in range(tasks)) / tasks).backward()
             optimizer.step()
     else:
-        from torch.func import grad, vmap
+        try:
+            from torch.func import grad, vmap
+        except ImportError:  # PyTorch 1.13: functorch
+            from functorch import grad, vmap
 
         def objective(params, x_s, y_s, x_q, y_q):
             for _ in range(INNER_STEPS):

@@ -24,14 +24,30 @@ inline bool reads_in_place(const ConvLayout& l) {
   return l.kernel == 1 && l.stride == 1 && l.padding == 0;
 }
 
+// The output columns j whose input column j s + b - p lies inside [0, w):
+// [first, last).
+struct Inside {
+  std::int64_t first, last;
+};
+inline Inside inside(const ConvLayout& l, std::int64_t b) {
+  const std::int64_t offset = b - l.padding;  // input column = j s + offset
+  std::int64_t first = offset < 0 ? (-offset + l.stride - 1) / l.stride : 0;
+  std::int64_t last = l.w - offset <= 0 ? 0 : (l.w - offset - 1) / l.stride + 1;
+  first = std::min(first, l.wo);
+  last = std::clamp(last, first, l.wo);
+  return {first, last};
+}
+
 // col [c k k, ho wo] of one image x [c, h, w]: row (ch, a, b), column (i, j)
-// holds x[ch, i s + a - p, j s + b - p], zero outside the image.
+// holds x[ch, i s + a - p, j s + b - p], zero outside the image. Each row of
+// output positions is zeros, a strided (for stride 1: contiguous) copy, zeros.
 template <class T>
 void im2col(const ConvLayout& l, const T* x, T* col) {
   const std::int64_t k = l.kernel, s = l.stride, p = l.padding;
   for (std::int64_t ch = 0; ch < l.c; ++ch)
     for (std::int64_t a = 0; a < k; ++a)
-      for (std::int64_t b = 0; b < k; ++b)
+      for (std::int64_t b = 0; b < k; ++b) {
+        const auto [first, last] = inside(l, b);
         for (std::int64_t i = 0; i < l.ho; ++i) {
           const std::int64_t row = i * s + a - p;
           T* out = col + ((ch * k + a) * k + b) * l.ho * l.wo + i * l.wo;
@@ -39,12 +55,16 @@ void im2col(const ConvLayout& l, const T* x, T* col) {
             std::fill(out, out + l.wo, T(0));
             continue;
           }
-          const T* in = x + (ch * l.h + row) * l.w;
-          for (std::int64_t j = 0; j < l.wo; ++j) {
-            const std::int64_t column = j * s + b - p;
-            out[j] = column >= 0 && column < l.w ? in[column] : T(0);
+          const T* in = x + (ch * l.h + row) * l.w;  // input column j s + b - p
+          std::fill(out, out + first, T(0));
+          if (s == 1) {
+            if (last > first) std::copy_n(in + (first + b - p), last - first, out + first);
+          } else {
+            for (std::int64_t j = first; j < last; ++j) out[j] = in[j * s + b - p];
           }
+          std::fill(out + last, out + l.wo, T(0));
         }
+      }
 }
 
 // The adjoint of im2col: x [c, h, w] += the columns' entries at their pixels.
@@ -53,17 +73,16 @@ void col2im_add(const ConvLayout& l, const T* col, T* x) {
   const std::int64_t k = l.kernel, s = l.stride, p = l.padding;
   for (std::int64_t ch = 0; ch < l.c; ++ch)
     for (std::int64_t a = 0; a < k; ++a)
-      for (std::int64_t b = 0; b < k; ++b)
+      for (std::int64_t b = 0; b < k; ++b) {
+        const auto [first, last] = inside(l, b);
         for (std::int64_t i = 0; i < l.ho; ++i) {
           const std::int64_t row = i * s + a - p;
           if (row < 0 || row >= l.h) continue;
           const T* in = col + ((ch * k + a) * k + b) * l.ho * l.wo + i * l.wo;
-          T* out = x + (ch * l.h + row) * l.w;
-          for (std::int64_t j = 0; j < l.wo; ++j) {
-            const std::int64_t column = j * s + b - p;
-            if (column >= 0 && column < l.w) out[column] += in[j];
-          }
+          T* out = x + (ch * l.h + row) * l.w;  // input column j s + b - p
+          for (std::int64_t j = first; j < last; ++j) out[j * s + b - p] += in[j];
         }
+      }
 }
 
 // The calling thread's column buffer for one image.
