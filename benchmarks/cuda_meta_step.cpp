@@ -1,7 +1,7 @@
 // One meta-step of second-order MAML and of PLATIPUS on the CUDA backend:
 // the workloads of meta_step.cpp (and of peers/meta_step.py --device cuda).
 // Eager steps take the number of host threads that run chunks of the
-// meta-batch, each on its own stream, as the argument; for networks this
+// meta-batch (one chunk per thread), each on its own stream, as the argument; for networks this
 // small a step costs kernel launches, not arithmetic: fewer chunks mean
 // fewer launches, more chunks mean more threads launching at once. The
 // *_graph benchmarks replay the step recorded as one CUDA graph
@@ -37,7 +37,8 @@ void cuda_maml_sinusoid(benchmark::State& state) {
       small_network(), MseLoss{},
       {.inner_loop = {.steps = 5, .learning_rate = 0.01},
        .first_order = state.range(0) == 1,
-       .threads = static_cast<int>(state.range(1))},
+       .threads = static_cast<int>(state.range(1)),
+       .task_chunks = one_chunk_per_thread},
       gen);
   const auto batch = sinusoid_batch(gen);
   for (auto _ : state) {
@@ -58,7 +59,8 @@ void cuda_platipus_sinusoid(benchmark::State& state) {
   Platipus<nn::Sequential, MseLoss, float, cuda> model(
       Network(), MseLoss{},
       {.inner_loop = {.steps = 5, .learning_rate = 0.01},
-       .threads = static_cast<int>(state.range(0))},
+       .threads = static_cast<int>(state.range(0)),
+       .task_chunks = one_chunk_per_thread},
       gen);
   const auto batch = sinusoid_batch(gen);
   for (auto _ : state) {

@@ -198,8 +198,10 @@ struct TrainingOptions {
   long steps = 20000;    // meta-training steps of each learner
   long meta_batch = 25;  // tasks per meta-step
   // The paper's 5 steps; gradient_noise is MAML + noise's alone (MAML and
-  // PLATIPUS adapt without it).
-  platipus::InnerLoop inner_loop{.steps = 5, .learning_rate = 0};
+  // PLATIPUS adapt without it). Each task's inner gradient is clipped to norm
+  // 1e4, three times the largest seen in healthy training, so that a fixed
+  // step cannot diverge on a high-amplitude task (docs/results.md, "Seed 3").
+  platipus::InnerLoop inner_loop{.steps = 5, .learning_rate = 0, .max_gradient_norm = 1e4};
   double kl_weight = 0;
   long kl_anneal_steps = 0;  // the appendix anneals towards the KL weight; 0: constant
   // PLATIPUS's query likelihood: summed over the points (the ELBO) or averaged.
@@ -207,7 +209,7 @@ struct TrainingOptions {
   double meta_learning_rate = 1e-3;
   double prior_variance = 0.001, posterior_variance = 0.001, gamma = 0;
   int threads = 0;
-  int task_chunks = 0;  // 0: one chunk of tasks per thread; N: a fixed cut, bit-reproducible
+  int task_chunks = 0;  // as MamlSettings::task_chunks
   std::uint64_t seed = 1;
   bool force = false;  // train even when the memory check says the machine is too small
 
@@ -251,9 +253,10 @@ struct TrainingOptions {
                    "CPU, one on CUDA)")
         ->check(CLI::Range(0, 1'024));
     app.add_option("--task-chunks", task_chunks,
-                   "cut each meta-batch into this many chunks of tasks (0: one per thread); any "
-                   "fixed N gives the same bits on any number of threads")
-        ->check(CLI::Range(0, 10'000));
+                   "cut each meta-batch into this many chunks of tasks (0: the backend's cut, on "
+                   "the CPU one per task; -1: one per thread, faster for some learners); every "
+                   "cut but -1 gives the same bits on any number of threads")
+        ->check(CLI::Range(-1, 10'000));
     app.add_flag("--force", force,
                  "train even when a meta-step needs more memory than is available");
     app.add_option("--seed", seed, "seed of every random draw (0 to 2^64 - 1)")

@@ -1659,6 +1659,19 @@ TEST_CASE("split_tasks covers the tasks with near-equal non-empty contiguous ran
     }
 }
 
+TEST_CASE("chunks_of: a fixed cut, the backend's (one chunk per task on the CPU) or one per thread",
+          "[components][threads][split]") {
+  ThreadPool pool(3);
+  CHECK(chunks_of<cpu>(7, 0, pool).size() == 7);
+  CHECK(chunks_of<cpu>(7, 2, pool).size() == 2);
+  CHECK(chunks_of<cpu>(7, 20, pool).size() == 7);
+  CHECK(chunks_of<cpu>(7, one_chunk_per_thread, pool).size() == 3);
+  // The backend's cut does not change with the thread count.
+  ThreadPool one(1);
+  CHECK(chunks_of<cpu>(7, 0, one).size() == 7);
+  CHECK(chunks_of<cpu>(7, one_chunk_per_thread, one).size() == 1);
+}
+
 // ----------------------------------------------------------------- predict
 
 TEST_CASE(

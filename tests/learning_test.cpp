@@ -322,8 +322,9 @@ TEST_CASE("learners say what stops their meta-step from being recorded", "[maml]
   using Catch::Contains;
   Generator gen(19);
   const Maml<nn::Sequential, MseLoss> one(small_network(), MseLoss{}, {.threads = 1}, gen);
-  const Maml<nn::Sequential, MseLoss> two(small_network(), MseLoss{}, {.threads = 2}, gen);
-  CHECK(one.replay_obstacle().empty());
+  const Maml<nn::Sequential, MseLoss> two(small_network(), MseLoss{},
+                                          {.threads = 2, .task_chunks = one_chunk_per_thread}, gen);
+  CHECK_THAT(one.replay_obstacle(), Contains("one chunk per task"));
   CHECK_THAT(two.replay_obstacle(), Contains("threads = 2"));
   const Maml<nn::Sequential, MseLoss> chunked(small_network(), MseLoss{},
                                               {.threads = 1, .task_chunks = 3}, gen);
@@ -331,12 +332,15 @@ TEST_CASE("learners say what stops their meta-step from being recorded", "[maml]
   const Maml<nn::Sequential, MseLoss> whole(small_network(), MseLoss{},
                                             {.threads = 2, .task_chunks = 1}, gen);
   CHECK(whole.replay_obstacle().empty());
-  // threads = 0 is the backend's default: on the CPU one thread per core.
-  const Maml<nn::Sequential, MseLoss> defaults(small_network(), MseLoss{}, {}, gen);
-  if (cpu::default_threads() > 1)
-    CHECK_THAT(defaults.replay_obstacle(),
-               Contains(fmt::format("threads = {}", cpu::default_threads())));
-  PlatipusModel ramped(small_network(), MseLoss{}, {.kl_anneal_steps = 2, .threads = 1}, gen);
+  const Maml<nn::Sequential, MseLoss> one_chunk(small_network(), MseLoss{},
+                                                {.threads = 1, .task_chunks = 1}, gen);
+  CHECK(one_chunk.replay_obstacle().empty());
+  // One chunk per thread records when there is one thread.
+  const Maml<nn::Sequential, MseLoss> per_thread(
+      small_network(), MseLoss{}, {.threads = 1, .task_chunks = one_chunk_per_thread}, gen);
+  CHECK(per_thread.replay_obstacle().empty());
+  PlatipusModel ramped(small_network(), MseLoss{},
+                       {.kl_anneal_steps = 2, .threads = 1, .task_chunks = 1}, gen);
   const auto batch = Sampler({.support = 2, .query = 2}).sample(2, gen);
   CHECK_THAT(ramped.replay_obstacle(), Contains("KL weight") && Contains("step 0 of 2"));
   ramped.meta_train_step(batch, gen);
@@ -410,10 +414,10 @@ TEST_CASE("PLATIPUS and MAML + noise draw the same noise with one thread and wit
   CHECK(platipus_results[0].kl == Approx(platipus_results[1].kl).epsilon(1e-12));
 }
 
-// A fixed cut of the meta-batch into chunks fixes every float sum, so the
-// thread count changes nothing: a few hundred steps give identical bits. (By
-// default there is one chunk per thread and the numbers agree to rounding.)
-TEST_CASE("with a fixed task_chunks, 1, 2 and 3 threads train byte-identical checkpoints",
+// The default cut of a meta-batch (on the CPU one chunk per task) fixes every
+// float sum, so the thread count changes nothing: a few hundred steps give
+// identical bits. (With one_chunk_per_thread they agree only to rounding.)
+TEST_CASE("by default, 1, 2 and 3 threads train byte-identical checkpoints",
           "[maml][platipus][threads]") {
   const auto model = nn::mlp({.inputs = 1, .hidden = {16, 16}, .outputs = 1});
   const Sampler sampler({.support = 5, .query = 5});
@@ -431,14 +435,15 @@ TEST_CASE("with a fixed task_chunks, 1, 2 and 3 threads train byte-identical che
   for (const int threads : {1, 2, 3}) {
     INFO("threads " << threads);
     Generator init(81), maml_gen(82), noise_gen(83), platipus_gen(84);
-    Maml<nn::Sequential, MseLoss> maml(
-        model, MseLoss{}, {.inner_loop = {.steps = 2}, .threads = threads, .task_chunks = 4}, init);
+    Maml<nn::Sequential, MseLoss> maml(model, MseLoss{},
+                                       {.inner_loop = {.steps = 2}, .threads = threads}, init);
+    // A fixed cut other than the default holds as well.
     Maml<nn::Sequential, MseLoss> noisy(
         model, MseLoss{},
-        {.inner_loop = {.steps = 2, .gradient_noise = 0.5}, .threads = threads, .task_chunks = 4},
+        {.inner_loop = {.steps = 2, .gradient_noise = 0.5}, .threads = threads, .task_chunks = 3},
         init);
-    PlatipusModel platipus(
-        model, MseLoss{}, {.inner_loop = {.steps = 2}, .threads = threads, .task_chunks = 4}, init);
+    PlatipusModel platipus(model, MseLoss{}, {.inner_loop = {.steps = 2}, .threads = threads},
+                           init);
     for (int step = 0; step < 300; ++step) {
       maml.meta_train_step(sampler.sample(7, maml_gen), maml_gen);
       noisy.meta_train_step(sampler.sample(7, noise_gen), noise_gen);
@@ -587,14 +592,19 @@ TEST_CASE("an inner step that diverges trains for 2,000 meta-steps once its grad
 }
 
 // Before gammas were stored as logarithms this run diverged (a NaN query
-// loss at meta-step 1801; at 1724 with seed 3): Adam's 1e-2 steps pushed
-// gammas through zero, and the mean steps then ascended.
+// loss at meta-step 1801 with one chunk of tasks; at 1724 with seed 3):
+// Adam's 1e-2 steps pushed gammas through zero, and the mean steps then
+// ascended. With positive gammas but no bound on the inner step it diverged
+// too, at step 1185 with one chunk per task: the meta-parameters stayed
+// finite and ordinary, but the inner loop's fixed step of 0.01 blew up on
+// single tasks (query losses of 1e3 to 5e9 in the 30 steps before the NaN).
+// Clipping each inner gradient to norm 100 (a step of at most 1) fixes that.
 TEST_CASE("PLATIPUS trains 2,000 meta-steps at meta learning rate 1e-2 without diverging",
           "[platipus][learning][stability]") {
   const Sampler sampler({.support = 5, .query = 10});
   Generator init(1), data(1, 2);
   PlatipusModel model(small_network(), MseLoss{},
-                      {.inner_loop = {.steps = 5, .learning_rate = 0.01},
+                      {.inner_loop = {.steps = 5, .learning_rate = 0.01, .max_gradient_norm = 100},
                        .kl_weight = 1.5,
                        .initial_prior_variance = 1e-3,
                        .initial_posterior_variance = 1e-3,
@@ -978,7 +988,8 @@ TEST_CASE(
                                                        .meta_learning_rate_annealing_steps = 200,
                                                        .min_meta_learning_rate = 1e-5,
                                                        .meta_optimizer = {.learning_rate = 1e-3},
-                                                       .threads = 1},
+                                                       .threads = 1,
+                                                       .task_chunks = 1},
                                                       init);
   const auto& o = learner.objective();
   CHECK(o.multi_step_weights(0) == std::vector<double>(4, 0.25));

@@ -97,7 +97,8 @@ TEST_CASE("task-parallel meta-steps on several threads match one thread on the d
   const auto batch = on_device(sinusoid_batch<double>(11));
   Generator one_init(12), many_init(12);
   SinusoidMaml<double, cuda> one(small_network(), MseLoss{}, {.threads = 1}, one_init);
-  SinusoidMaml<double, cuda> many(small_network(), MseLoss{}, {.threads = 4}, many_init);
+  SinusoidMaml<double, cuda> many(small_network(), MseLoss{},
+                                  {.threads = 4, .task_chunks = one_chunk_per_thread}, many_init);
   Generator one_gen(13), many_gen(13);
   for (int step = 0; step < 3; ++step) {
     one.meta_train_step(batch, one_gen);

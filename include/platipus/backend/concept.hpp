@@ -27,6 +27,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   // How many host threads a learner spreads a meta-batch's tasks over when
   // its settings leave it open (threads = 0).
   { B::default_threads() } -> std::same_as<int>;
+  // How many chunks (tapes) a meta-batch of `tasks` is cut into when the
+  // settings leave it open (task_chunks = 0): a function of the batch alone,
+  // never of the thread count, so that a seed gives the same bits anywhere.
+  { B::default_task_chunks(n) } -> std::same_as<std::int64_t>;
 
   // Memory: cached allocation (no device allocation per op in steady state),
   // byte copies within the device and across the host boundary.

@@ -30,8 +30,9 @@ struct MamlSettings {
   optim::AdamSettings meta_optimizer{};
   int threads = 0;  // threads over the tasks of a meta-batch; 0: B::default_threads()
   // Chunks a meta-batch is cut into (meta/task_parallel.hpp, chunks_of): 0,
-  // one per thread (fastest); N > 0, a fixed cut, so that the same seed gives
-  // the same bits on any number of threads.
+  // the backend's cut (CPU: one per task); N > 0, N chunks; both give the same
+  // bits on any number of threads. one_chunk_per_thread (-1) is sometimes
+  // faster and agrees across thread counts only to rounding.
   int task_chunks = 0;
 };
 

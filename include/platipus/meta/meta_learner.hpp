@@ -159,7 +159,8 @@ class MetaLearner : public O::Names {
         parts_(objective_.initialize(init)),
         optimizer_(settings.meta_optimizer),
         pool_(task_pool<B>(settings.threads)) {
-    check(settings.task_chunks >= 0, O::name, "task_chunks must be non-negative, got {}",
+    check(settings.task_chunks >= one_chunk_per_thread, O::name,
+          "task_chunks must be 0 (the backend's cut), N > 0 or one_chunk_per_thread (-1), got {}",
           settings.task_chunks);
   }
 
@@ -206,7 +207,7 @@ class MetaLearner : public O::Names {
 
   // Why a recorded meta-step could not be replayed as it is; empty when it can.
   std::string replay_obstacle() const {
-    if (auto obstacle = recording_obstacle(*pool_, settings().task_chunks); !obstacle.empty())
+    if (auto obstacle = recording_obstacle<B>(*pool_, settings().task_chunks); !obstacle.empty())
       return obstacle;
     return objective_.replay_obstacle(steps_reader());
   }
@@ -303,7 +304,7 @@ class MetaLearner : public O::Names {
                                                              Generator& gen,
                                                              const StepSchedule& schedule) const {
     batch.validate(step_name());
-    const auto ranges = chunks_of(batch.tasks(), settings().task_chunks, *pool_);
+    const auto ranges = chunks_of<B>(batch.tasks(), settings().task_chunks, *pool_);
     std::array<Shape, O::part_count> shapes;
     for (std::size_t i = 0; i < shapes.size(); ++i) shapes[i] = parts_[i].shape();
     ChunkResults<T, B> results(ranges.size(), shapes);

@@ -1,6 +1,7 @@
-// Data parallelism over the tasks of a meta-batch: the batch is cut into one
-// contiguous chunk of tasks per pool thread, each chunk records and
-// differentiates its own tape, and the chunks' meta-gradients are summed.
+// Data parallelism over the tasks of a meta-batch: the batch is cut into
+// contiguous chunks of tasks (chunks_of), the pool's threads take chunks, each
+// chunk records and differentiates its own tape, and the chunks'
+// meta-gradients are summed in chunk order.
 // Chunks share nothing but read-only inputs, so no op needs a lock; buffers a
 // worker allocates are freed on that worker.
 #pragma once
@@ -27,7 +28,7 @@ std::unique_ptr<ThreadPool> task_pool(int threads) {
 }
 
 // `parts` near-equal contiguous ranges covering [0, tasks), none empty.
-inline std::vector<TaskRange> split_tasks(std::int64_t tasks, int parts) {
+inline std::vector<TaskRange> split_tasks(std::int64_t tasks, std::int64_t parts) {
   const std::int64_t n = std::max<std::int64_t>(1, std::min<std::int64_t>(parts, tasks));
   std::vector<TaskRange> ranges;
   for (std::int64_t i = 0, start = 0; i < n; ++i) {
@@ -38,23 +39,36 @@ inline std::vector<TaskRange> split_tasks(std::int64_t tasks, int parts) {
   return ranges;
 }
 
+// `task_chunks` when a learner should cut its meta-batch into one chunk per
+// pool thread: the fastest cut on a many-core CPU for some objectives, but the
+// float sums then depend on the thread count.
+inline constexpr int one_chunk_per_thread = -1;
+
 // The chunks a meta-batch of `tasks` is cut into: `task_chunks` of them when
-// positive, else one per pool thread. A fixed cut makes the meta-gradient's
-// float sums (inside each chunk, then over the chunks in chunk order) the
-// same for any thread count, so the same seed gives the same bits; one chunk
-// per thread is faster and agrees only to rounding across thread counts.
-inline std::vector<TaskRange> chunks_of(std::int64_t tasks, int task_chunks,
-                                        const ThreadPool& pool) {
-  return split_tasks(tasks, task_chunks > 0 ? task_chunks : pool.size());
+// positive, one per pool thread for `one_chunk_per_thread`, else (0) the
+// backend's default, B::default_task_chunks (CPU: one per task). Any cut but
+// one per thread is a function of the batch alone: each chunk's sums run
+// inside it, then the chunks' sums are added in chunk order, so the same seed
+// gives the same bits on any number of threads.
+template <class B>
+std::vector<TaskRange> chunks_of(std::int64_t tasks, int task_chunks, const ThreadPool& pool) {
+  if (task_chunks == one_chunk_per_thread) return split_tasks(tasks, pool.size());
+  return split_tasks(tasks, task_chunks > 0 ? task_chunks : B::default_task_chunks(tasks));
 }
 
 // Why meta-steps cannot be recorded as one stream's work (a CUDA graph);
 // empty when they can.
-inline std::string recording_obstacle(const ThreadPool& pool, int task_chunks) {
+template <class B>
+std::string recording_obstacle(const ThreadPool& pool, int task_chunks) {
   if (task_chunks > 1)
     return fmt::format("task_chunks = {}: a recording holds one chunk; use task_chunks = 1",
                        task_chunks);
-  if (task_chunks == 0 && pool.size() > 1)
+  if (task_chunks == 0 && B::default_task_chunks(2) > 1)
+    return fmt::format(
+        "task_chunks = 0: {} cuts a meta-batch into one chunk per task, a recording holds one; "
+        "use task_chunks = 1",
+        B::name);
+  if (task_chunks == one_chunk_per_thread && pool.size() > 1)
     return fmt::format("threads = {}: a recording holds one thread's work; use threads = 1",
                        pool.size());
   return {};

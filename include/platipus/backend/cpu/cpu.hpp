@@ -27,6 +27,9 @@ struct cpu {
   static int default_threads() {
     return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
+  // One chunk per task: the meta-gradient's sums then run over task indices
+  // in a fixed order, the same bits for 1 or 16 cores.
+  static std::int64_t default_task_chunks(std::int64_t tasks) { return tasks; }
 
   // ---- memory ----
   static void* allocate(std::size_t bytes) { return Cache::local().allocate(bytes); }

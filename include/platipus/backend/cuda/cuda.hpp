@@ -38,6 +38,8 @@ struct cuda {
   // thread, 4.8 ms on 4, 110 ms on 16; benchmarks/README.md). One thread also
   // keeps meta-steps recordable as a CUDA graph.
   static int default_threads() { return 1; }
+  // The whole meta-batch on one tape: one stream's work, recordable as a graph.
+  static std::int64_t default_task_chunks(std::int64_t /*tasks*/) { return 1; }
 
   // ---- memory ----
   // Device blocks from a per-thread cache: no cudaMalloc per op in steady state.
