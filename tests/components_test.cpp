@@ -500,6 +500,140 @@ TEST_CASE(
   }
 }
 
+// One task's batch norm by hand: x [N, F, S] (S positions per feature, 1
+// for vectors), statistics per feature over N and S, the biased variance.
+std::vector<double> batch_norm_by_hand(const std::vector<double>& x, std::int64_t n, std::int64_t f,
+                                       std::int64_t s, const std::vector<double>& scale,
+                                       const std::vector<double>& shift, double epsilon) {
+  std::vector<double> y(x.size());
+  for (std::int64_t c = 0; c < f; ++c) {
+    auto at = [&](std::int64_t i, std::int64_t p) {
+      return static_cast<std::size_t>((i * f + c) * s + p);
+    };
+    double mean = 0, variance = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t p = 0; p < s; ++p) mean += x[at(i, p)] / static_cast<double>(n * s);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t p = 0; p < s; ++p)
+        variance += std::pow(x[at(i, p)] - mean, 2) / static_cast<double>(n * s);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t p = 0; p < s; ++p)
+        y[at(i, p)] = (x[at(i, p)] - mean) / std::sqrt(variance + epsilon) *
+                          scale[static_cast<std::size_t>(c)] +
+                      shift[static_cast<std::size_t>(c)];
+  }
+  return y;
+}
+
+TEST_CASE("batch_norm normalises each task's batch per channel with that batch's statistics",
+          "[components][nn][batchnorm]") {
+  const std::int64_t tasks = 2, n = 3;
+  Tape<double> tape;
+  for (const bool images : {false, true}) {
+    INFO((images ? "images [2, 2, 2]" : "vectors [4]"));
+    const Shape sample = images ? Shape{2, 2, 2} : Shape{4};
+    const std::int64_t f = sample[0], s = sample.numel() / f;
+    auto model = nn::Sequential(sample);
+    model.batch_norm(1e-3);
+    REQUIRE(model.layout().size() == 2 * f);
+    // The initial scale is one and the shift zero.
+    Generator gen(5);
+    const auto initial = model.initialize<double>(gen).to_vector();
+    CHECK(std::vector<double>(initial.begin(), initial.begin() + f) == std::vector<double>(f, 1));
+    CHECK(std::vector<double>(initial.begin() + f, initial.end()) == std::vector<double>(f, 0));
+    // Per-task scale and shift, inputs of different means and spreads per task.
+    const auto params = normal({tasks, 2 * f}, 30);
+    Shape x_shape{tasks, n};
+    for (auto d : sample.dims()) x_shape.push_back(d);
+    auto x = normal(x_shape, 31, 3.0);
+    const auto y = model.forward(tape.constant(params), tape.constant(x)).to_vector();
+    REQUIRE(y.size() == static_cast<std::size_t>(x.numel()));
+    const auto xs = x.to_vector(), ps = params.to_vector();
+    const auto per_task = static_cast<std::ptrdiff_t>(n * f * s);
+    for (std::int64_t t = 0; t < tasks; ++t) {
+      const auto row = ps.begin() + static_cast<std::ptrdiff_t>(t * 2 * f);
+      const auto expected = batch_norm_by_hand(
+          std::vector<double>(xs.begin() + t * per_task, xs.begin() + (t + 1) * per_task), n, f, s,
+          std::vector<double>(row, row + f), std::vector<double>(row + f, row + 2 * f), 1e-3);
+      const std::vector<double> got(y.begin() + t * per_task, y.begin() + (t + 1) * per_task);
+      CHECK(largest_difference(got, expected) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("batch_norm passes first and second order checks in its inputs and its pieces",
+          "[components][nn][batchnorm][grad]") {
+  auto model = nn::Sequential(Shape{2, 2, 3});
+  model.batch_norm().activation(nn::Activation::tanh).flatten().linear(1);
+  check_derivatives(
+      [&](std::span<const V> p) { return model.forward(p[0], p[1]); },
+      tensors(normal({2, model.layout().size()}, 33, 0.6), normal({2, 3, 2, 2, 3}, 32)));
+}
+
+TEST_CASE("batch_norm refuses an epsilon that is not positive and inputs of other features",
+          "[components][nn][batchnorm][errors]") {
+  using Catch::Contains;
+  CHECK_THROWS_WITH(nn::Sequential(3).batch_norm(0), Contains("batch_norm") && Contains("epsilon"));
+  auto model = nn::Sequential(3);
+  model.batch_norm();
+  Tape<double> tape;
+  CHECK_THROWS_WITH(model.forward(tape.constant(Tensor<double>::zeros({6})),
+                                  tape.constant(Tensor<double>::zeros({2, 4}))),
+                    Contains("BatchNorm") && Contains("[2, 4]"));
+}
+
+// A user's layer, written outside the library against the Layer concept: a
+// learned gain per feature, initialised to one.
+struct FeatureGain {
+  static constexpr std::string_view name = "feature_gain";
+  std::int64_t features = 0;
+  std::size_t gain = 0;
+
+  Shape output_shape(const Shape& sample) const {
+    check(sample.rank() == 1, "FeatureGain", "takes vectors, got {}", sample);
+    return sample;
+  }
+  void declare(nn::ParamLayout& layout, const std::string& prefix, const Shape& sample) {
+    features = sample[0];
+    gain = layout.add(prefix + ".gain", {features}, nn::Init::ones);
+  }
+  template <class T, class B>
+  Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
+    const auto& g = pieces[gain];
+    Shape row = g.shape().take_front(g.rank() - 1);
+    row.push_back(1);
+    row.push_back(features);
+    return x * reshape(g, row);
+  }
+};
+static_assert(nn::Layer<FeatureGain>);
+static_assert(nn::Layer<nn::BatchNorm> && nn::Layer<nn::Conv2d> && nn::Layer<nn::Flatten>);
+
+TEST_CASE("a user's layer joins a network through the Layer concept, and MAML trains it",
+          "[components][nn][layer]") {
+  using Network = nn::BasicSequential<FeatureGain>;
+  Network model(2);
+  model.add(FeatureGain{}).linear(1);
+  CHECK(model.layout().find("layer0.gain").shape == Shape{2});
+  // gain g, then y = (x * g) W + b.
+  const auto params = Tensor<double>::from_host({5}, {2, -1, 0.5, 3, 0.25});
+  const auto x = Tensor<double>::from_host({1, 2}, {1, 2});
+  Tape<double> tape;
+  const auto y = model.forward(tape.constant(params), tape.constant(x)).to_vector();
+  CHECK(y[0] == Approx(1 * 2 * 0.5 + 2 * -1 * 3 + 0.25));
+  check_derivatives([&](std::span<const V> p) { return model.forward(p[0], p[1]); },
+                    tensors(normal({3, 5}, 34), normal({3, 4, 2}, 35)));
+  CHECK_THROWS_WITH(Network(Shape{1, 2, 2}).add(FeatureGain{}), Catch::Contains("takes vectors"));
+  Generator init(36), gen(37);
+  Network sinusoid(1);
+  sinusoid.add(FeatureGain{}).linear(8).activation(nn::Activation::relu).linear(1);
+  Maml<Network, MseLoss, double> maml(sinusoid, MseLoss{}, {.threads = 1}, init);
+  const data::SinusoidLineSampler<double> sampler({.support = 5, .query = 5});
+  const auto gain_before = maml.parameters().to_vector();
+  CHECK(std::isfinite(maml.meta_train_step(sampler.sample(4, gen), gen).query_loss));
+  CHECK(maml.parameters().to_vector()[0] != gain_before[0]);
+}
+
 TEST_CASE("Sequential::forward rejects parameters of the wrong size, naming the shapes",
           "[components][nn][errors]") {
   const auto model = nn::mlp({.inputs = 1, .hidden = {4}, .outputs = 1});

@@ -1,6 +1,7 @@
 // The backward engine: grad's contract and errors, higher-order derivatives,
 // Hessian-vector products and MAML meta-gradients of an MLP, and tape memory.
 #include "catch.hpp"
+#include "resident_memory.hpp"
 
 #include <unistd.h>
 
@@ -225,24 +226,6 @@ TEST_CASE("second-order MAML meta-gradient matches finite differences and differ
 }
 
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-// The sanitizer runtime's count of live heap bytes (GCC ships no header for it).
-extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
-#endif
-
-// Resident memory; under AddressSanitizer, whose quarantine holds freed
-// blocks back and so grows the resident set, the live heap instead.
-long resident_kib() {
-#if defined(__SANITIZE_ADDRESS__)
-  return static_cast<long>(__sanitizer_get_current_allocated_bytes() / 1024);
-#else
-  std::ifstream statm("/proc/self/statm");
-  long pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * sysconf(_SC_PAGESIZE) / 1024;
-#endif
-}
 
 void meta_step_cycle(const Tensor<double>& theta0, const Sine& data) {
   Tape<double> tape;

@@ -14,7 +14,8 @@ Image workloads (maml only, as benchmarks/conv_workloads.hpp): second-order
 MAML on 5-way 1-shot tasks with 15 queries per class (5 support and 75 query
 images per task), 5 inner SGD steps, softmax cross-entropy, one Adam step, on
 MAML's conv4 (4 blocks of 3x3 convolution with bias, ReLU and 2x2 max pooling,
-then a linear layer; no batch norm, as platipus's conv4 has none yet):
+then a linear layer; no batch norm on either side: platipus's workload sets
+batch_norm = false):
   conv4-miniimagenet  84x84x3 images, 32 filters, meta-batch 4
   conv4-omniglot      28x28x1 images, 64 filters, meta-batch 32
 Random images and labels: only the arithmetic is timed. Both frameworks run

@@ -32,7 +32,7 @@ struct CheckpointSchedule {
 // Trains as meta_train does, appending a row {learner: loop.name, step,
 // query_loss, kl, seconds} to `log` at every record and saving checkpoints
 // on `schedule`; then calls on_record, if given.
-template <class Learner, class Sampler>
+template <class Learner, TaskSamplerFor<Learner> Sampler>
 void train_and_record(Learner& learner, const Sampler& sampler, Generator& gen,
                       const TrainingLoop& loop, MetricsLog& log,
                       const CheckpointSchedule& schedule = {},

@@ -97,4 +97,9 @@ concept TaskSampler = requires(S& sampler, std::int64_t tasks, Generator& gen) {
   { sampler.sample(tasks, gen) } -> std::same_as<TaskBatch<T, B>>;
 };
 
+// A sampler whose batches a learner (of scalar L::T on backend L::B) takes,
+// used const as meta_train and held_out_losses use it.
+template <class S, class L>
+concept TaskSamplerFor = TaskSampler<const S, typename L::T, typename L::B>;
+
 }  // namespace platipus

@@ -40,7 +40,7 @@ inline Estimate estimate(std::span<const double> values) {
 // adapting to its support set: one model per task, from learner.sample
 // (MAML's adapted weights; one PLATIPUS sample). Tasks are drawn `batch` at
 // a time from `sampler` with gen, so memory stays small.
-template <class Learner, class Sampler>
+template <class Learner, TaskSamplerFor<Learner> Sampler>
 std::vector<double> held_out_losses(const Learner& learner, const Sampler& sampler,
                                     std::int64_t tasks, Generator& gen, std::int64_t batch = 100) {
   check(tasks > 0 && batch > 0, "held_out_losses",

@@ -42,7 +42,7 @@ struct TrainingRecord {
 // Meta-trains `learner` (a Maml, Platipus or any MetaLearner) on batches
 // from `sampler`, drawing every batch and every meta-step's noise from gen;
 // calls on_record after every record_every steps and after the last.
-template <class Learner, class Sampler>
+template <class Learner, TaskSamplerFor<Learner> Sampler>
 void meta_train(Learner& learner, const Sampler& sampler, Generator& gen, const TrainingLoop& loop,
                 const std::function<void(const TrainingRecord&)>& on_record = {}) {
   check(loop.steps >= 0, loop.name, "steps must be non-negative, got {}", loop.steps);

@@ -1,15 +1,18 @@
-// Functional layers. A layer declares its pieces in a ParamLayout when it is
-// added to a model, and its forward reads them from the unflattened
-// parameters: [batch..., shape] pieces, where the optional batch axes (the
-// task axis) make every task run with its own parameters in one batched op.
+// The library's layers, each a Layer (nn/layer.hpp): it gives a sample's
+// shape after it, declares its pieces in a ParamLayout when it is added to a
+// network, and its forward reads them from the unflattened parameters:
+// [batch..., shape] pieces, where the optional batch axes (the task axis)
+// make every task run with its own parameters in one batched op.
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "platipus/autodiff.hpp"
 #include "platipus/autodiff/ops/convolution.hpp"
 #include "platipus/autodiff/ops/pooling.hpp"
+#include "platipus/nn/layer.hpp"
 #include "platipus/nn/parameters.hpp"
 
 namespace platipus::nn {
@@ -24,15 +27,41 @@ Shape batched(const Var<T, B>& piece, int own_rank, std::initializer_list<std::i
   return out;
 }
 
+// The features of a vector sample, for a layer that takes vectors.
+inline std::int64_t vector_features(const Shape& sample, std::string_view layer) {
+  check(sample.rank() == 1, "Sequential",
+        "{} takes feature vectors, and the samples are {} (add flatten() first)", layer, sample);
+  return sample[0];
+}
+
+// An image sample [C, H, W], for a layer that takes images.
+inline const Shape& image(const Shape& sample, std::string_view layer) {
+  check(sample.rank() == 3, "Sequential", "{} takes images [C, H, W], and the samples are {}",
+        layer, sample);
+  return sample;
+}
+
+inline void check_positive(std::int64_t n, std::string_view layer, std::string_view what) {
+  check(n > 0, "Sequential", "{} needs a positive number of {}, got {}", layer, what, n);
+}
+
 }  // namespace detail
 
 // y = x W + b, W [in, out], b [out] (zeros).
 struct Linear {
-  std::int64_t inputs = 0, outputs = 0;
+  static constexpr std::string_view name = "linear";
+  std::int64_t outputs = 0;
   Init init = Init::uniform_fan_in;
+  std::int64_t inputs = 0;           // set by `declare`
   std::size_t weight = 0, bias = 0;  // piece indices, set by `declare`
 
-  void declare(ParamLayout& layout, const std::string& prefix) {
+  Shape output_shape(const Shape& sample) const {
+    detail::vector_features(sample, name);
+    detail::check_positive(outputs, name, "outputs");
+    return Shape{outputs};
+  }
+  void declare(ParamLayout& layout, const std::string& prefix, const Shape& sample) {
+    inputs = sample[0];
     weight = layout.add(prefix + ".weight", {inputs, outputs}, init);
     bias = layout.add(prefix + ".bias", {outputs}, Init::zeros);
   }
@@ -49,10 +78,18 @@ struct Linear {
 // learning via meta-learning"), used by the PLATIPUS paper's networks: a
 // learned vector, initialised to zeros, concatenated to every input.
 struct BiasTransform {
-  std::int64_t inputs = 0, dims = 0;
+  static constexpr std::string_view name = "bias_transform";
+  std::int64_t dims = 0;
+  std::int64_t inputs = 0;  // set by `declare`
   std::size_t vector = 0;
 
-  void declare(ParamLayout& layout, const std::string& prefix) {
+  Shape output_shape(const Shape& sample) const {
+    const auto n = detail::vector_features(sample, name);
+    detail::check_positive(dims, name, "dims");
+    return Shape{n + dims};
+  }
+  void declare(ParamLayout& layout, const std::string& prefix, const Shape& sample) {
+    inputs = sample[0];
     vector = layout.add(prefix + ".vector", {dims}, Init::zeros);
   }
 
@@ -74,12 +111,20 @@ struct BiasTransform {
 // y = w * x + b over images x [..., N, C_in, H, W] (autodiff/ops/convolution.hpp):
 // w [C_out, C_in, k, k] initialised from its fan-in C_in k k, b [C_out] zeros.
 struct Conv2d {
-  std::int64_t inputs = 0, outputs = 0;  // channels
-  Window window{};
+  static constexpr std::string_view name = "conv2d";
+  std::int64_t outputs = 0;  // channels
+  Window window{.kernel = 3, .padding = 1};
   Init init = Init::uniform_fan_in;
+  std::int64_t inputs = 0;  // channels, set by `declare`
   std::size_t weight = 0, bias = 0;
 
-  void declare(ParamLayout& layout, const std::string& prefix) {
+  Shape output_shape(const Shape& sample) const {
+    const Shape& in = detail::image(sample, name);
+    detail::check_positive(outputs, name, "output channels");
+    return Shape{outputs, window.output(in[1], name), window.output(in[2], name)};
+  }
+  void declare(ParamLayout& layout, const std::string& prefix, const Shape& sample) {
+    inputs = sample[0];
     const std::int64_t k = window.kernel;
     weight = layout.add(prefix + ".weight", {outputs, inputs, k, k}, init,
                         {.in = inputs * k * k, .out = outputs * k * k});
@@ -94,11 +139,85 @@ struct Conv2d {
 
 // The maximum over each window of images [..., C, H, W]; no parameters.
 struct MaxPool2d {
+  static constexpr std::string_view name = "max_pool2d";
   Window window{.kernel = 2, .stride = 2};
+
+  Shape output_shape(const Shape& sample) const {
+    const Shape& in = detail::image(sample, name);
+    return Shape{in[0], window.output(in[1], name), window.output(in[2], name)};
+  }
+  void declare(ParamLayout&, const std::string&, const Shape&) {}
+
+  template <class T, class B>
+  Var<T, B> forward(std::span<const Var<T, B>>, const Var<T, B>& x) const {
+    return platipus::max_pool2d(x, window);
+  }
+};
+
+// Batch normalisation with the statistics of the batch at hand, as in MAML's
+// reference implementation (Finn et al. 2017): no running averages, so
+// training and adaptation normalise alike. Per task (the leading axes) and
+// per channel, over the N samples (and the H W positions of images) of the
+// call: y = (x - mean) / sqrt(var + epsilon) * scale + shift, var the biased
+// variance, scale [F] (ones) and shift [F] (zeros) learned, F the features
+// of vectors [..., N, F] or the channels of images [..., N, C, H, W].
+struct BatchNorm {
+  static constexpr std::string_view name = "batch_norm";
+  double epsilon = 1e-5;      // PyTorch's default
+  std::int64_t features = 0;  // set by `declare`
+  bool images = false;        // set by `declare`
+  std::size_t scale = 0, shift = 0;
+
+  Shape output_shape(const Shape& sample) const {
+    check(sample.rank() == 1 || sample.rank() == 3, "Sequential",
+          "{} takes feature vectors or images [C, H, W], and the samples are {}", name, sample);
+    check(epsilon > 0, "Sequential", "{} needs a positive epsilon, got {}", name, epsilon);
+    return sample;
+  }
+  void declare(ParamLayout& layout, const std::string& prefix, const Shape& sample) {
+    features = sample[0];
+    images = sample.rank() == 3;
+    scale = layout.add(prefix + ".scale", {features}, Init::ones);
+    shift = layout.add(prefix + ".shift", {features}, Init::zeros);
+  }
+
+  template <class T, class B>
+  Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
+    const int sample_rank = images ? 3 : 1;
+    check(x.rank() >= sample_rank + 1 && x.dim(-sample_rank) == features, "BatchNorm",
+          "input {} does not hold samples of {} {}", x.shape(), features,
+          images ? "channels" : "features");
+    // Statistics over the samples (and the positions of images), kept per task.
+    const auto axes = images ? std::vector<int>{-4, -2, -1} : std::vector<int>{-2};
+    const auto centred = x - mean(x, axes, true);
+    const auto variance = mean(square(centred), axes, true);
+    const auto normalised = centred / sqrt(variance + static_cast<T>(epsilon));
+    // scale and shift [batch..., F] -> [batch..., 1, F(, 1, 1)] against x.
+    auto per_feature = [&](const Var<T, B>& piece) {
+      return reshape(piece, images ? detail::batched(piece, 1, {1, features, 1, 1})
+                                   : detail::batched(piece, 1, {1, features}));
+    };
+    return normalised * per_feature(pieces[scale]) + per_feature(pieces[shift]);
+  }
 };
 
 // Images [..., N, C, H, W] -> feature vectors [..., N, C H W]; no parameters.
-struct Flatten {};
+struct Flatten {
+  static constexpr std::string_view name = "flatten";
+
+  Shape output_shape(const Shape& sample) const {
+    return Shape{detail::image(sample, name).numel()};
+  }
+  void declare(ParamLayout&, const std::string&, const Shape&) {}
+
+  template <class T, class B>
+  Var<T, B> forward(std::span<const Var<T, B>>, const Var<T, B>& x) const {
+    check(x.rank() >= 3, "Flatten", "images must be [..., C, H, W], got {}", x.shape());
+    Shape flat = x.shape().take_front(x.rank() - 3);
+    flat.push_back(x.dim(-3) * x.dim(-2) * x.dim(-1));
+    return reshape(x, flat);
+  }
+};
 
 enum class Activation { none, relu, tanh, sigmoid };
 
@@ -116,5 +235,19 @@ Var<T, B> activate(Activation a, const Var<T, B>& x) {
   }
   return x;
 }
+
+// An elementwise nonlinearity; no parameters.
+struct ActivationLayer {
+  static constexpr std::string_view name = "activation";
+  Activation activation = Activation::relu;
+
+  Shape output_shape(const Shape& sample) const { return sample; }
+  void declare(ParamLayout&, const std::string&, const Shape&) {}
+
+  template <class T, class B>
+  Var<T, B> forward(std::span<const Var<T, B>>, const Var<T, B>& x) const {
+    return activate(activation, x);
+  }
+};
 
 }  // namespace platipus::nn

@@ -4,6 +4,7 @@
 // says where each named piece lives in it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ namespace platipus::nn {
 
 enum class Init {
   zeros,
+  ones,            // batch norm's scale
   uniform_fan_in,  // U(-a, a), a = 1 / sqrt(fan_in): PyTorch's nn.Linear default
   glorot_uniform,  // U(-a, a), a = sqrt(6 / (fan_in + fan_out))
   he_normal,       // N(0, 2 / fan_in)
@@ -65,6 +67,10 @@ class ParamLayout {
     std::vector<T> values(static_cast<std::size_t>(size_), T(0));
     for (const auto& s : specs_) {
       if (s.init == Init::zeros) continue;
+      if (s.init == Init::ones) {
+        std::fill_n(values.begin() + s.offset, s.shape.numel(), T(1));
+        continue;
+      }
       const double fan_in = static_cast<double>(s.fans.in > 0         ? s.fans.in
                                                 : s.shape.rank() >= 2 ? s.shape[0]
                                                                       : s.shape.numel());

@@ -3,62 +3,58 @@
 // (MAML's convolutional network).
 #pragma once
 
+#include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
+#include "platipus/nn/layer.hpp"
 #include "platipus/nn/layers.hpp"
 
 namespace platipus::nn {
 
-class Sequential {
+// Layers applied in order over one flat parameter vector. Holds the
+// library's layers and, as `Extra`, any user layer types (each a Layer,
+// nn/layer.hpp): BasicSequential<MyLayer> takes add(MyLayer{...}) beside the
+// built-in ones, with static dispatch as for those.
+template <Layer... Extra>
+class BasicSequential {
  public:
-  using Layer = std::variant<Linear, BiasTransform, Activation, Conv2d, MaxPool2d, Flatten>;
+  using AnyLayer = std::variant<Linear, BiasTransform, ActivationLayer, Conv2d, MaxPool2d,
+                                BatchNorm, Flatten, Extra...>;
 
   // A network of feature vectors [inputs], or of images [C, H, W].
-  explicit Sequential(std::int64_t inputs) : Sequential(Shape{inputs}) {}
-  explicit Sequential(const Shape& sample) : input_(sample), sample_(sample) {
+  explicit BasicSequential(std::int64_t inputs) : BasicSequential(Shape{inputs}) {}
+  explicit BasicSequential(const Shape& sample) : input_(sample), sample_(sample) {
     check((sample.rank() == 1 || sample.rank() == 3) && sample.numel() > 0, "Sequential",
           "a sample is a feature vector [n] or an image [C, H, W], got {}", sample);
   }
 
-  Sequential& linear(std::int64_t outputs, Init init = Init::uniform_fan_in) {
-    Linear layer{vector_features("linear"), outputs, init};
-    layer.declare(layout_, "layer" + std::to_string(layers_.size()));
-    sample_ = Shape{outputs};
-    layers_.emplace_back(layer);
+  // Appends a layer: checks that it takes the current samples, declares its
+  // pieces (named "layer<i>.<piece>") and tracks the samples' shape.
+  template <class L>
+  requires(std::is_constructible_v<AnyLayer, L>&& Layer<L>) BasicSequential& add(L layer) {
+    const Shape out = layer.output_shape(sample_);
+    layer.declare(layout_, "layer" + std::to_string(layers_.size()), sample_);
+    layers_.emplace_back(std::move(layer));
+    sample_ = out;
     return *this;
   }
-  Sequential& bias_transform(std::int64_t dims) {
-    BiasTransform layer{vector_features("bias_transform"), dims};
-    layer.declare(layout_, "layer" + std::to_string(layers_.size()));
-    sample_ = Shape{sample_[0] + dims};
-    layers_.emplace_back(layer);
-    return *this;
+
+  BasicSequential& linear(std::int64_t outputs, Init init = Init::uniform_fan_in) {
+    return add(Linear{.outputs = outputs, .init = init});
   }
-  Sequential& activation(Activation a) {
-    layers_.emplace_back(a);
-    return *this;
+  BasicSequential& bias_transform(std::int64_t dims) { return add(BiasTransform{.dims = dims}); }
+  BasicSequential& activation(Activation a) { return add(ActivationLayer{.activation = a}); }
+  BasicSequential& conv2d(std::int64_t outputs, Window window = {.kernel = 3, .padding = 1},
+                          Init init = Init::uniform_fan_in) {
+    return add(Conv2d{.outputs = outputs, .window = window, .init = init});
   }
-  Sequential& conv2d(std::int64_t outputs, Window window = {.kernel = 3, .padding = 1},
-                     Init init = Init::uniform_fan_in) {
-    Conv2d layer{image("conv2d")[0], outputs, window, init};
-    layer.declare(layout_, "layer" + std::to_string(layers_.size()));
-    sample_ =
-        Shape{outputs, window.output(sample_[1], "conv2d"), window.output(sample_[2], "conv2d")};
-    layers_.emplace_back(layer);
-    return *this;
+  BasicSequential& max_pool2d(Window window = {.kernel = 2, .stride = 2}) {
+    return add(MaxPool2d{.window = window});
   }
-  Sequential& max_pool2d(Window window = {.kernel = 2, .stride = 2}) {
-    const Shape& in = image("max_pool2d");
-    sample_ = Shape{in[0], window.output(in[1], "max_pool2d"), window.output(in[2], "max_pool2d")};
-    layers_.emplace_back(MaxPool2d{window});
-    return *this;
-  }
-  Sequential& flatten() {
-    sample_ = Shape{image("flatten").numel()};
-    layers_.emplace_back(Flatten{});
-    return *this;
-  }
+  BasicSequential& batch_norm(double epsilon = 1e-5) { return add(BatchNorm{.epsilon = epsilon}); }
+  BasicSequential& flatten() { return add(Flatten{}); }
 
   const ParamLayout& layout() const { return layout_; }
   const Shape& input_shape() const { return input_; }
@@ -80,25 +76,8 @@ class Sequential {
     check(pieces.size() == layout_.specs().size(), "Sequential::forward",
           "{} parameter pieces for a model of {}", pieces.size(), layout_.specs().size());
     Var<T, B> h = x;
-    for (const auto& layer : layers_) {
-      std::visit(
-          [&](const auto& l) {
-            using L = std::decay_t<decltype(l)>;
-            if constexpr (std::is_same_v<L, Activation>) {
-              h = activate(l, h);
-            } else if constexpr (std::is_same_v<L, MaxPool2d>) {
-              h = platipus::max_pool2d(h, l.window);
-            } else if constexpr (std::is_same_v<L, Flatten>) {
-              check(h.rank() >= 3, "Flatten", "images must be [..., C, H, W], got {}", h.shape());
-              Shape flat = h.shape().take_front(h.rank() - 3);
-              flat.push_back(h.dim(-3) * h.dim(-2) * h.dim(-1));
-              h = reshape(h, flat);
-            } else {
-              h = l.forward(pieces, h);
-            }
-          },
-          layer);
-    }
+    for (const auto& layer : layers_)
+      h = std::visit([&](const auto& l) { return l.forward(pieces, h); }, layer);
     return h;
   }
 
@@ -108,24 +87,13 @@ class Sequential {
   }
 
  private:
-  // The features of a vector sample, for a layer that takes vectors.
-  std::int64_t vector_features(std::string_view layer) const {
-    check(sample_.rank() == 1, "Sequential",
-          "{} takes feature vectors, and the samples are {} "
-          "(add flatten() first)",
-          layer, sample_);
-    return sample_[0];
-  }
-  const Shape& image(std::string_view layer) const {
-    check(sample_.rank() == 3, "Sequential", "{} takes images [C, H, W], and the samples are {}",
-          layer, sample_);
-    return sample_;
-  }
-
   Shape input_, sample_;  // a sample's shape at the input and after the last layer
   ParamLayout layout_;
-  std::vector<Layer> layers_;
+  std::vector<AnyLayer> layers_;
 };
+
+// The network of the library's layers alone.
+using Sequential = BasicSequential<>;
 
 struct MlpSettings {
   std::int64_t inputs = 1;
@@ -155,21 +123,22 @@ struct ConvNetSettings {
   std::int64_t outputs = 5;  // classes
   // MAML's Omniglot variant: 3x3 convolutions of stride 2 instead of max pooling.
   bool strided = false;
+  bool batch_norm = true;  // MAML's network normalises after every convolution
   Activation activation = Activation::relu;
 };
 
-// MAML's convolutional network (Finn et al. 2017, after Vinyals et al.) without
-// its batch norm, which the library does not have yet: `blocks` blocks of
-// [3x3 convolution with padding 1, ReLU, 2x2 max pooling] (or a stride-2
-// convolution and ReLU), then flatten and a linear layer to the classes.
+// MAML's convolutional network (Finn et al. 2017, after Vinyals et al.):
+// `blocks` blocks of [3x3 convolution with padding 1, batch norm, ReLU, 2x2
+// max pooling] (or a stride-2 convolution, batch norm and ReLU), then
+// flatten and a linear layer to the classes.
 inline Sequential conv4(const ConvNetSettings& s) {
   Sequential model(Shape{s.channels, s.size, s.size});
   for (int b = 0; b < s.blocks; ++b) {
-    if (s.strided) {
-      model.conv2d(s.filters, {.kernel = 3, .stride = 2, .padding = 1}).activation(s.activation);
-    } else {
-      model.conv2d(s.filters).activation(s.activation).max_pool2d();
-    }
+    model.conv2d(s.filters, s.strided ? Window{.kernel = 3, .stride = 2, .padding = 1}
+                                      : Window{.kernel = 3, .padding = 1});
+    if (s.batch_norm) model.batch_norm();
+    model.activation(s.activation);
+    if (!s.strided) model.max_pool2d();
   }
   return model.flatten().linear(s.outputs);
 }
