@@ -124,32 +124,25 @@ void run_algorithms(const std::vector<std::string>& chosen, const RegressionOpti
     settings.first_order = true;
     run("fomaml", Maml<Network, Loss, T, B>(network, loss, settings, g));
   }
+  // Any learner's settings with the shared four filled in.
+  auto shared = [&]<class Settings>(Settings s) {
+    s.inner_loop = loop;
+    s.meta_optimizer = adam;
+    s.threads = o.threads;
+    s.task_chunks = o.task_chunks;
+    return s;
+  };
   if (has("reptile")) {
     Generator g = init();
-    run("reptile", Reptile<Network, Loss, T, B>(network, loss,
-                                                {.inner_loop = loop,
-                                                 .meta_optimizer = adam,
-                                                 .threads = o.threads,
-                                                 .task_chunks = o.task_chunks},
-                                                g));
+    run("reptile", Reptile<Network, Loss, T, B>(network, loss, shared(ReptileSettings{}), g));
   }
   if (has("metasgd")) {
     Generator g = init();
-    run("metasgd", MetaSgd<Network, Loss, T, B>(network, loss,
-                                                {.inner_loop = loop,
-                                                 .meta_optimizer = adam,
-                                                 .threads = o.threads,
-                                                 .task_chunks = o.task_chunks},
-                                                g));
+    run("metasgd", MetaSgd<Network, Loss, T, B>(network, loss, shared(MetaSgdSettings{}), g));
   }
   if (has("anil")) {
     Generator g = init();
-    run("anil", Anil<Network, Loss, T, B>(network, loss,
-                                          {.inner_loop = loop,
-                                           .meta_optimizer = adam,
-                                           .threads = o.threads,
-                                           .task_chunks = o.task_chunks},
-                                          g));
+    run("anil", Anil<Network, Loss, T, B>(network, loss, shared(AnilSettings{}), g));
   }
   if (has("mamlpp")) {
     // Antoniou et al.'s proportions: the multi-step loss over the first tenth
@@ -158,14 +151,11 @@ void run_algorithms(const std::vector<std::string>& chosen, const RegressionOpti
     const int steps = static_cast<int>(std::min(o.steps, 100'000'000L));
     run("mamlpp", MamlPlusPlus<Network, Loss, T, B>(
                       network, loss,
-                      {.inner_loop = loop,
-                       .multi_step_loss_steps = steps / 10,
-                       .first_order_steps = steps / 3,
-                       .meta_learning_rate_annealing_steps = steps,
-                       .min_meta_learning_rate = std::min(1e-5, o.meta_learning_rate),
-                       .meta_optimizer = adam,
-                       .threads = o.threads,
-                       .task_chunks = o.task_chunks},
+                      shared(MamlPlusPlusSettings{
+                          .multi_step_loss_steps = steps / 10,
+                          .first_order_steps = steps / 3,
+                          .meta_learning_rate_annealing_steps = steps,
+                          .min_meta_learning_rate = std::min(1e-5, o.meta_learning_rate)}),
                       g));
   }
   if (has("platipus")) {

@@ -63,6 +63,19 @@ std::vector<double> directional_errors(Learner& learner, const TaskBatch<double>
 
 // Each part's gradient against central differences (step 1e-6) of
 // objective() at four coordinates per part picked by `seed`.
+// PLATIPUS's objective, query loss + beta KL, at the learner's current
+// parts, with the same draw of the noise (from `noise`) at every evaluation.
+template <class Learner>
+auto elbo_with_fixed_noise(Learner& learner, const TaskBatch<double>& batch, const Generator& noise,
+                           double kl_weight) {
+  return [&learner, &batch, noise, kl_weight] {
+    Generator gen = noise;
+    MetaStepResult result;
+    learner.meta_gradient(batch, gen, &result);
+    return result.query_loss + kl_weight * result.kl;
+  };
+}
+
 template <class Learner, class Objective>
 void check_part_gradients(Learner& learner, const std::vector<Tensor<double>>& gradients,
                           Objective&& objective, double relative, std::uint64_t seed) {
@@ -646,12 +659,7 @@ TEST_CASE("PLATIPUS's meta-gradient matches central finite differences of its ob
     DoublePlatipus learner(model, GaussianNllLoss{.noise_std = 0.5}, settings, init);
     // The objective for one fixed draw of the noise: the same generator state every time.
     const Generator noise(81);
-    auto objective = [&] {
-      Generator gen = noise;
-      MetaStepResult result;
-      learner.meta_gradient(batch, gen, &result);
-      return result.query_loss + settings.kl_weight * result.kl;
-    };
+    const auto objective = elbo_with_fixed_noise(learner, batch, noise, settings.kl_weight);
     Generator gen = noise;
     check_part_gradients(learner, learner.meta_gradient(batch, gen), objective, 1e-5, 82);
   }
@@ -1013,6 +1021,13 @@ TEST_CASE(
   CHECK_THAT(learner.replay_obstacle(), Catch::Contains("anneal"));
 }
 
+template <class Learner>
+void check_adaptation_halves_the_error(Learner& learner) {
+  const auto [before, after] = before_and_after_training(learner);
+  INFO("query MSE before adaptation " << before << ", after " << after);
+  CHECK(after < 0.5 * before);
+}
+
 TEST_CASE(
     "first-order MAML, ANIL, Reptile and MAML++ learn sinusoids: adaptation halves the query "
     "error",
@@ -1022,32 +1037,24 @@ TEST_CASE(
   SECTION("first-order MAML") {
     Maml<nn::Sequential, MseLoss> learner(
         small_network(), MseLoss{}, {.inner_loop = loop, .first_order = true, .threads = 2}, init);
-    const auto [before, after] = before_and_after_training(learner);
-    INFO("query MSE before adaptation " << before << ", after " << after);
-    CHECK(after < 0.5 * before);
+    check_adaptation_halves_the_error(learner);
   }
   SECTION("ANIL") {
     Anil<nn::Sequential, MseLoss> learner(small_network(), MseLoss{},
                                           {.inner_loop = loop, .threads = 2}, init);
-    const auto [before, after] = before_and_after_training(learner);
-    INFO("query MSE before adaptation " << before << ", after " << after);
-    CHECK(after < 0.5 * before);
+    check_adaptation_halves_the_error(learner);
   }
   SECTION("Reptile") {
     Reptile<nn::Sequential, MseLoss> learner(small_network(), MseLoss{},
                                              {.inner_loop = loop, .threads = 2}, init);
-    const auto [before, after] = before_and_after_training(learner);
-    INFO("query MSE before adaptation " << before << ", after " << after);
-    CHECK(after < 0.5 * before);
+    check_adaptation_halves_the_error(learner);
   }
   SECTION("MAML++") {
     MamlPlusPlus<nn::Sequential, MseLoss> learner(
         small_network(), MseLoss{},
         {.inner_loop = loop, .multi_step_loss_steps = 150, .first_order_steps = 500, .threads = 2},
         init);
-    const auto [before, after] = before_and_after_training(learner);
-    INFO("query MSE before adaptation " << before << ", after " << after);
-    CHECK(after < 0.5 * before);
+    check_adaptation_halves_the_error(learner);
   }
 }
 
@@ -1228,12 +1235,7 @@ TEST_CASE(
                                   .threads = 1};
   ConvPlatipus learner(model, SoftmaxCrossEntropyLoss{}, settings, init);
   const Generator noise(76);  // one fixed draw of the noise for every evaluation
-  auto objective = [&] {
-    Generator gen = noise;
-    MetaStepResult result;
-    learner.meta_gradient(batch, gen, &result);
-    return result.query_loss + settings.kl_weight * result.kl;
-  };
+  const auto objective = elbo_with_fixed_noise(learner, batch, noise, settings.kl_weight);
   Generator gen = noise;
   check_part_gradients(learner, learner.meta_gradient(batch, gen), objective, 1e-6, 77);
 }

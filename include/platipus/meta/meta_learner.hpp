@@ -47,8 +47,6 @@ struct StepSchedule {
   int step = 0;                         // steps taken; 0 for objectives that do not anneal
   double kl_weight = 0;                 // PLATIPUS's beta; 0 where there is no KL term
   double meta_learning_rate_scale = 1;  // times meta_optimizer.learning_rate
-
-  bool operator==(const StepSchedule&) const = default;
 };
 
 // An Objective O, requirement by requirement (O::Scalar is T, O::Backend is B):
