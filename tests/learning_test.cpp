@@ -255,9 +255,13 @@ TEST_CASE("PLATIPUS samples differ, and their spread shrinks as support points a
   const double one = spread(model, tasks, 1, held_out), five = spread(model, tasks, 5, held_out),
                ten = spread(model, tasks, 10, held_out);
   INFO("prediction variance with 1, 5, 10 support points: " << one << ", " << five << ", " << ten);
-  CHECK(one > ten);
-  CHECK(one > five);
-  CHECK(five > ten);
+  // From 1 point to 5 or 10 the spread falls clearly. From 5 to 10 the change
+  // is within what float rounding moves: with one chunk per task, the release
+  // build trained a model whose spread fell from 5 to 10 points and the
+  // sanitizer build (other float contractions) one whose spread rose (0.87 to
+  // 0.96), so the test does not ask for it.
+  CHECK(one > 1.5 * five);
+  CHECK(one > 1.5 * ten);
 }
 
 TEST_CASE(
