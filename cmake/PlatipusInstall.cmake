@@ -1,9 +1,12 @@
-# cmake --install: headers, the platipus::platipus target (and platipus::cuda
-# when the CUDA backend is built) and a package config, so that a downstream
-# project can find_package(platipus CONFIG REQUIRED [COMPONENTS cuda]).
+# cmake --install: headers, the platipus::platipus target (and platipus::images
+# and platipus::cuda when they are built) and a package config, so that a downstream
+# project can find_package(platipus CONFIG REQUIRED [COMPONENTS images cuda]).
 include(CMakePackageConfigHelpers)
 install(DIRECTORY include/platipus TYPE INCLUDE)
 install(TARGETS platipus EXPORT platipusTargets)
+if(PLATIPUS_IMAGES_ENABLED)
+  install(TARGETS platipus_images EXPORT platipusTargets)
+endif()
 if(PLATIPUS_CUDA_ENABLED)
   install(TARGETS platipus_cuda EXPORT platipusTargets)
   set(platipus_architecture "")  # a compiled library: the package is for this architecture only
@@ -17,6 +20,7 @@ configure_package_config_file(cmake/platipusConfig.cmake.in
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/platipusConfigVersion.cmake
   COMPATIBILITY SameMinorVersion ${platipus_architecture})
 install(FILES
+  cmake/FindStb.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/platipusConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/platipusConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/platipus)

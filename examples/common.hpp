@@ -115,7 +115,7 @@ inline const std::string& run_id() {
 // Writes a JSON object atomically, stamped with run_id().
 inline void write_json(const fs::path& path, nlohmann::json value) {
   value["run_id"] = run_id();
-  platipus::io::write_file_atomically(path, value.dump(2) + "\n");
+  platipus::write_file_atomically(path, value.dump(2) + "\n");
 }
 
 // A Python interpreter with matplotlib: $PLATIPUS_PYTHON, python3 on the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that platipus's build, tests, examples, plots
-# and CPU peer benchmarks need (Debian 12 or later; Ubuntu 24.04 works too);
+# and CPU peer benchmarks need (Debian 12 or later; Ubuntu 24.04 works too),
+# the image readers' stb and zlib and Debian's Fashion-MNIST among them;
 # clang and libclang-rt-dev build the libFuzzer targets (the fuzz preset).
 # The CUDA toolkit is not installed here: when /usr/local/cuda (or nvcc on
 # the PATH) is present, CMake builds the CUDA targets as well.
@@ -11,5 +12,6 @@ $sudo apt-get update
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends \
   build-essential cmake \
   libeigen3-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libbenchmark-dev \
+  libstb-dev zlib1g-dev dataset-fashion-mnist \
   python3 python3-matplotlib \
   clang libclang-rt-dev

@@ -30,6 +30,7 @@
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
 #include "platipus/platipus.hpp"
+#include "temporary_directory.hpp"
 
 using namespace platipus;
 using Catch::Contains;
@@ -129,39 +130,6 @@ std::vector<double> by_hand(const nn::ParamLayout& layout, const Tensor<double>&
 std::vector<double> rows_of(const Tensor<double>& x, std::int64_t start, std::int64_t count = 1) {
   return raw::slice(x, 0, start, count).to_vector();
 }
-
-// A fresh directory under the system's temporary directory, removed with
-// everything in it when the object goes.
-class TemporaryDirectory {
- public:
-  TemporaryDirectory() {
-    static std::atomic<int> counter{0};
-    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    path_ = std::filesystem::temp_directory_path() /
-            ("platipus-components-" + std::to_string(::getpid()) + "-" + std::to_string(stamp) +
-             "-" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  ~TemporaryDirectory() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(path_))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 std::string slurp(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -1510,20 +1478,20 @@ TEST_CASE("write_file_atomically replaces the content and leaves no temporary fi
           "[components][io][atomic]") {
   TemporaryDirectory dir;
   const auto path = dir / "nested" / "file.txt";
-  io::write_file_atomically(path, "the first, longer content\n");
+  write_file_atomically(path, "the first, longer content\n");
   CHECK(slurp(path) == "the first, longer content\n");
-  io::write_file_atomically(path, "second");
+  write_file_atomically(path, "second");
   CHECK(slurp(path) == "second");
-  CHECK(io::read_file(path) == "second");
+  CHECK(read_file(path) == "second");
   std::string binary("a\0b\nc", 5);
-  io::write_file_atomically(path, binary);
-  CHECK(io::read_file(path) == binary);
+  write_file_atomically(path, binary);
+  CHECK(read_file(path) == binary);
   CHECK(dir.entries() == std::vector<std::string>{"nested"});
   std::vector<std::string> nested;
   for (const auto& e : std::filesystem::directory_iterator(dir.path() / "nested"))
     nested.push_back(e.path().filename().string());
   CHECK(nested == std::vector<std::string>{"file.txt"});
-  CHECK_THROWS_WITH(io::read_file(dir / "absent.txt"), Contains((dir / "absent.txt").string()));
+  CHECK_THROWS_WITH(read_file(dir / "absent.txt"), Contains((dir / "absent.txt").string()));
 }
 
 TEST_CASE(
@@ -1538,12 +1506,12 @@ TEST_CASE(
   };
   const ::mode_t mask = ::umask(022);
   const auto fresh = dir / "fresh.txt";
-  io::write_file_atomically(fresh, "new");
+  write_file_atomically(fresh, "new");
   CHECK(mode_of(fresh) == 0644);
   const auto kept = dir / "kept.txt";
-  io::write_file_atomically(kept, "old");
+  write_file_atomically(kept, "old");
   REQUIRE(::chmod(kept.c_str(), 0664) == 0);  // a mode the umask would cut down
-  io::write_file_atomically(kept, "replaced");
+  write_file_atomically(kept, "replaced");
   CHECK(mode_of(kept) == 0664);
   CHECK(slurp(kept) == "replaced");
   ::umask(mask);

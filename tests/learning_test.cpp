@@ -446,7 +446,7 @@ TEST_CASE("by default, 1, 2 and 3 threads train byte-identical checkpoints",
   auto bytes_of = [&](const auto& learner, const std::string& name) {
     const auto path = dir / name;
     io::save(path, learner);
-    const auto bytes = io::read_file(path);
+    const auto bytes = read_file(path);
     std::filesystem::remove(path);
     return bytes;
   };
@@ -1060,6 +1060,63 @@ TEST_CASE(
         init);
     check_adaptation_halves_the_error(learner);
   }
+}
+
+// A learner of sinusoids with the given inner loop, from the initial
+// parameters of Generator(1).
+template <class Learner>
+Learner learner_with(const InnerLoop& loop) {
+  Generator init(1);
+  return Learner(small_network(), MseLoss{}, {.inner_loop = loop}, init);
+}
+
+// A learner that trains with 2 inner steps and evaluates with 7 adapts as one
+// with 7 steps does, and not as one with 2.
+template <class Learner>
+void check_evaluation_steps(const TaskBatch<float>& batch) {
+  const InnerLoop two{.steps = 2, .learning_rate = 0.01}, seven{.steps = 7, .learning_rate = 0.01};
+  InnerLoop two_then_seven = two;
+  two_then_seven.evaluation_steps = 7;
+  const auto adapted = [&](const InnerLoop& loop) {
+    Generator gen(5);
+    if constexpr (requires(Learner l) { l.sample(batch.support_x, batch.support_y, 3, gen); })
+      return learner_with<Learner>(loop)
+          .sample(batch.support_x, batch.support_y, 3, gen)
+          .to_vector();
+    else
+      return learner_with<Learner>(loop)
+          .adapt_to(batch.support_x, batch.support_y, gen)
+          .to_vector();
+  };
+  const auto phi = adapted(two_then_seven);
+  CHECK(phi == adapted(seven));
+  CHECK(phi != adapted(two));
+}
+
+TEST_CASE("inner_loop.evaluation_steps sets the steps of adapt_to and sample, not of training",
+          "[maml][platipus][anil][metasgd][reptile][mamlpp]") {
+  data::SinusoidLineSampler<float> tasks({.support = 5, .query = 5});
+  Generator gen(3);
+  const auto batch = tasks.sample(4, gen);
+  check_evaluation_steps<Maml<nn::Sequential, MseLoss>>(batch);
+  check_evaluation_steps<Anil<nn::Sequential, MseLoss>>(batch);
+  check_evaluation_steps<MetaSgd<nn::Sequential, MseLoss>>(batch);
+  check_evaluation_steps<Reptile<nn::Sequential, MseLoss>>(batch);
+  check_evaluation_steps<Platipus<nn::Sequential, MseLoss>>(batch);
+  // Training keeps `steps`: a meta-step's query loss is that of a learner
+  // without evaluation_steps.
+  const InnerLoop two{.steps = 2, .learning_rate = 0.01};
+  InnerLoop two_then_seven = two;
+  two_then_seven.evaluation_steps = 7;
+  auto a = learner_with<Platipus<nn::Sequential, MseLoss>>(two_then_seven),
+       b = learner_with<Platipus<nn::Sequential, MseLoss>>(two);
+  Generator ga(9), gb(9);
+  CHECK(a.meta_train_step(batch, ga).query_loss == b.meta_train_step(batch, gb).query_loss);
+  // MAML++ learns one rate per step, so its steps cannot change at test time.
+  CHECK_THROWS_WITH((learner_with<MamlPlusPlus<nn::Sequential, MseLoss>>(two_then_seven)),
+                    Catch::Contains("evaluation_steps must equal inner_loop.steps"));
+  CHECK_THROWS_WITH((learner_with<Maml<nn::Sequential, MseLoss>>({.evaluation_steps = -1})),
+                    Catch::Contains("evaluation_steps must be non-negative"));
 }
 
 TEST_CASE("ANIL, Reptile and MAML++ refuse settings that make no sense, naming the setting",

@@ -15,8 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const std::filesystem::path path =
       std::filesystem::temp_directory_path() /
       ("platipus-checkpoint-fuzz-" + std::to_string(::getpid()) + ".safetensors");
-  platipus::io::write_file_atomically(path,
-                                      std::string_view(reinterpret_cast<const char*>(data), size));
+  platipus::write_file_atomically(path,
+                                  std::string_view(reinterpret_cast<const char*>(data), size));
   try {
     auto checkpoint = platipus::io::load_checkpoint<float>(path);
     (void)checkpoint;

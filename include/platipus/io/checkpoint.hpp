@@ -45,20 +45,6 @@ inline std::string dtype_words(std::string_view dtype) {
   return std::string(dtype);
 }
 
-// FNV-1a, 64 bits, of bytes fed in pieces (the same as of their
-// concatenation), as "fnv1a64:" and 16 hex digits.
-class DataChecksum {
- public:
-  DataChecksum& add(std::string_view bytes) {
-    for (unsigned char c : bytes) hash_ = (hash_ ^ c) * 0x100000001b3ull;
-    return *this;
-  }
-  std::string text() const { return fmt::format("fnv1a64:{:016x}", hash_); }
-
- private:
-  std::uint64_t hash_ = 0xcbf29ce484222325ull;
-};
-
 template <class T, class B = cpu>
 struct Checkpoint {
   nlohmann::json layout;    // describe_layout of the model that wrote it

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "platipus/io/atomic_file.hpp"
+#include "platipus/core/file.hpp"
 
 namespace platipus::io {
 

@@ -26,8 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "platipus/core/file.hpp"
 #include "platipus/core/shape.hpp"
-#include "platipus/io/atomic_file.hpp"
 
 namespace platipus::io {
 
@@ -250,7 +250,7 @@ inline std::string encode_safetensors(const std::vector<SafetensorsTensor>& tens
   return file;
 }
 
-// Writes a safetensors file atomically (io/atomic_file.hpp's rules for the path).
+// Writes a safetensors file atomically (core/file.hpp's rules for the path).
 inline void write_safetensors(const std::filesystem::path& path,
                               const std::vector<SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -27,10 +28,23 @@ struct InnerLoop {
   // When > 0, each task's support-loss gradient (all pieces together) is
   // scaled down to this Euclidean norm before a step (clip_task_norms).
   double max_gradient_norm = 0;
+  // The steps when a learner adapts outside meta-training (adapt_to,
+  // sample, evaluate); unset, `steps`. MAML's image experiments train with 5
+  // and test with 10 (Finn et al. 2017, Section 5.2).
+  std::optional<int> evaluation_steps{};
+
+  // These settings with evaluation_steps as the steps.
+  InnerLoop for_evaluation() const {
+    InnerLoop loop = *this;
+    loop.steps = evaluation_steps.value_or(steps);
+    return loop;
+  }
 
   // Throws platipus::error naming the setting that makes no sense.
   void validate(std::string_view who) const {
     check(steps >= 0, who, "inner_loop.steps must be non-negative, got {}", steps);
+    check(evaluation_steps.value_or(0) >= 0, who,
+          "inner_loop.evaluation_steps must be non-negative, got {}", evaluation_steps.value_or(0));
     check(std::isfinite(learning_rate), who, "inner_loop.learning_rate must be finite, got {}",
           learning_rate);
     check(gradient_noise >= 0, who,

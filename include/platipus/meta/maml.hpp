@@ -94,8 +94,8 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
     TaskNoise noise(gen);
     const auto adapted =
         adapt(model_, loss_, per_task(theta_var, model_.layout(), support_x.dim(0)),
-              tape.constant(support_x), tape.constant(support_y), settings_.inner_loop,
-              {.noise = &noise});
+              tape.constant(support_x), tape.constant(support_y),
+              settings_.inner_loop.for_evaluation(), {.noise = &noise});
     return flat_values(adapted.params, model_.layout());
   }
 

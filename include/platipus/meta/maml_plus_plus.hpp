@@ -72,6 +72,12 @@ class MamlPlusPlusObjective
     check(settings.inner_loop.learning_rate > 0, name,
           "inner_loop.learning_rate must be positive (the rates are learned as logarithms), got {}",
           settings.inner_loop.learning_rate);
+    check(settings.inner_loop.evaluation_steps.value_or(settings.inner_loop.steps) ==
+              settings.inner_loop.steps,
+          name,
+          "inner_loop.evaluation_steps must equal inner_loop.steps ({}): MAML++ learns a rate for "
+          "each step, got {}",
+          settings.inner_loop.steps, settings.inner_loop.evaluation_steps.value_or(0));
     check(settings.multi_step_loss_steps >= 0, name,
           "multi_step_loss_steps must be non-negative, got {}", settings.multi_step_loss_steps);
     check(settings.first_order_steps >= 0, name, "first_order_steps must be non-negative, got {}",

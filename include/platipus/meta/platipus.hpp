@@ -207,7 +207,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     }
     const auto xs = tape.constant(repeat_tasks(support_x, n));
     const auto ys = tape.constant(repeat_tasks(support_y, n));
-    const auto phi = adapt(model_, loss_, start, xs, ys, settings_.inner_loop).params;
+    const auto phi =
+        adapt(model_, loss_, start, xs, ys, settings_.inner_loop.for_evaluation()).params;
     return flat_values(phi, layout).reshaped(Shape{tasks, n, size});
   }
 

@@ -20,9 +20,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "platipus/core/error.hpp"
 
-namespace platipus::io {
+namespace platipus {
 
 namespace detail {
 
@@ -86,20 +88,26 @@ class RegularFile {
 
   // Exactly `count` bytes from `offset`; throws when the file is shorter.
   std::string read(std::uint64_t offset, std::uint64_t count) const {
+    std::string bytes(static_cast<std::size_t>(count), '\0');
+    read_into(offset, bytes.data(), count);
+    return bytes;
+  }
+
+  // The same into `count` bytes at `out`.
+  void read_into(std::uint64_t offset, void* out, std::uint64_t count) const {
     check(offset <= size_ && count <= size_ - offset, "read_file",
           "{}: {} bytes at offset {} lie past its end ({} bytes)", path_.string(), count, offset,
           size_);
-    std::string bytes(static_cast<std::size_t>(count), '\0');
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-      const ::ssize_t n = ::pread(fd_, bytes.data() + done, bytes.size() - done,
+    auto* bytes = static_cast<char*>(out);
+    std::uint64_t done = 0;
+    while (done < count) {
+      const ::ssize_t n = ::pread(fd_, bytes + done, static_cast<std::size_t>(count - done),
                                   static_cast<::off_t>(offset + done));
       if (n < 0 && errno == EINTR) continue;
       check(n > 0, "read_file", "error reading {}: {}", path_.string(),
             n == 0 ? "it became shorter" : std::strerror(errno));
-      done += static_cast<std::size_t>(n);
+      done += static_cast<std::uint64_t>(n);
     }
-    return bytes;
   }
 
  private:
@@ -212,4 +220,19 @@ inline std::string read_file(const std::filesystem::path& path) {
   return file.read(0, file.size());
 }
 
-}  // namespace platipus::io
+// FNV-1a, 64 bits, of bytes fed in pieces (the same as of their
+// concatenation), as "fnv1a64:" and 16 hex digits: the checksum that
+// checkpoints and data caches store beside their bytes.
+class DataChecksum {
+ public:
+  DataChecksum& add(std::string_view bytes) {
+    for (unsigned char c : bytes) hash_ = (hash_ ^ c) * 0x100000001b3ull;
+    return *this;
+  }
+  std::string text() const { return fmt::format("fnv1a64:{:016x}", hash_); }
+
+ private:
+  std::uint64_t hash_ = 0xcbf29ce484222325ull;
+};
+
+}  // namespace platipus

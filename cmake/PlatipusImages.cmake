@@ -1,0 +1,20 @@
+# PLATIPUS_WITH_IMAGES: AUTO builds platipus::images (the image data sets'
+# readers and caches: stb for PNG and JPEG, zlib for gzip IDX) when both are
+# found (Debian: libstb-dev, zlib1g-dev).
+set(PLATIPUS_IMAGES_ENABLED OFF)
+if(NOT PLATIPUS_WITH_IMAGES STREQUAL "OFF")
+  find_package(Stb)
+  find_package(ZLIB)
+  if(Stb_FOUND AND ZLIB_FOUND)
+    set(PLATIPUS_IMAGES_ENABLED ON)
+  elseif(PLATIPUS_WITH_IMAGES STREQUAL "ON")
+    message(FATAL_ERROR "PLATIPUS_WITH_IMAGES=ON but stb (libstb-dev) or zlib (zlib1g-dev) was not found")
+  endif()
+endif()
+message(STATUS "platipus: image data targets ${PLATIPUS_IMAGES_ENABLED}")
+if(PLATIPUS_IMAGES_ENABLED)
+  add_library(platipus_images INTERFACE)
+  add_library(platipus::images ALIAS platipus_images)
+  set_target_properties(platipus_images PROPERTIES EXPORT_NAME images)
+  target_link_libraries(platipus_images INTERFACE platipus Stb::stb ZLIB::ZLIB)
+endif()
