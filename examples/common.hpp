@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -351,37 +352,45 @@ inline fs::path checkpoint_file(const std::string& checkpoint, const fs::path& o
 }
 
 // The paper's three learners of one network and one loss, starting from the
-// same initial weights: MAML, MAML + noise, PLATIPUS.
+// same initial weights: MAML, MAML + noise, PLATIPUS; a run trains, saves and
+// evaluates those it chose (all three unless an example says otherwise).
 template <class Loss>
 struct Learners {
   using MamlLearner = platipus::Maml<platipus::nn::Sequential, Loss, float, ExampleBackend>;
   using PlatipusLearner = platipus::Platipus<platipus::nn::Sequential, Loss, float, ExampleBackend>;
 
   static Learners make(const platipus::nn::Sequential& network, const Loss& loss,
-                       const TrainingOptions& o) {
+                       const TrainingOptions& o,
+                       std::vector<std::string> chosen = {"maml", "maml_noise", "platipus"}) {
     platipus::Generator maml_init(o.seed), noise_init(o.seed), platipus_init(o.seed);
     return {MamlLearner(network, loss, o.maml(), maml_init),
             MamlLearner(network, loss, o.maml(true), noise_init),
-            PlatipusLearner(network, loss, o.platipus(), platipus_init), nlohmann::json()};
+            PlatipusLearner(network, loss, o.platipus(), platipus_init), std::move(chosen),
+            nlohmann::json()};
   }
 
-  // f(name, learner) for each learner; the names prefix the checkpoint's
-  // tensors, label the metrics and key results.json.
+  bool has(std::string_view name) const {
+    return std::find(chosen.begin(), chosen.end(), name) != chosen.end();
+  }
+
+  // f(name, learner) for each chosen learner, in this order; the names
+  // prefix the checkpoint's tensors, label the metrics and key results.json.
   template <class F>
   void for_each(F&& f) {
-    f("maml", maml);
-    f("maml_noise", maml_noise);
-    f("platipus", platipus);
+    if (has("maml")) f("maml", maml);
+    if (has("maml_noise")) f("maml_noise", maml_noise);
+    if (has("platipus")) f("platipus", platipus);
   }
   template <class F>
   void for_each(F&& f) const {
-    f("maml", maml);
-    f("maml_noise", maml_noise);
-    f("platipus", platipus);
+    if (has("maml")) f("maml", maml);
+    if (has("maml_noise")) f("maml_noise", maml_noise);
+    if (has("platipus")) f("platipus", platipus);
   }
 
   MamlLearner maml, maml_noise;
   PlatipusLearner platipus;
+  std::vector<std::string> chosen;
   // The checkpoint written or loaded: its file, run id and training options
   // (with --eval-only these, not the command line's, say how it was trained).
   nlohmann::json checkpoint;
@@ -428,14 +437,17 @@ double train_learner(platipus::io::MetricsLog& log, const std::string& name, Lea
   return progress.seconds();
 }
 
-// Meta-trains the learners, appending to <out>/train.{jsonl,csv} as training goes.
+// Meta-trains the chosen learners, appending to <out>/train.{jsonl,csv} as
+// training goes; each draws its tasks from a generator stream of its own.
 template <class Loss, class Sampler>
 void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptions& o,
            const fs::path& out) {
   platipus::io::MetricsLog log(out, "train");
-  train_learner(log, "maml", learners.maml, sampler, o, 1);
-  train_learner(log, "maml_noise", learners.maml_noise, sampler, o, 3);
-  train_learner(log, "platipus", learners.platipus, sampler, o, 2);
+  const std::map<std::string, std::uint64_t> stream{
+      {"maml", 1}, {"maml_noise", 3}, {"platipus", 2}};
+  learners.for_each([&](const std::string& name, auto& learner) {
+    train_learner(log, name, learner, sampler, o, stream.at(name));
+  });
 }
 
 // Bytes of memory available to a new process (MemAvailable in
@@ -474,9 +486,10 @@ template <class Loss, class Sampler>
 Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss,
                        const Sampler& sampler, const TrainingOptions& o, bool eval_only,
                        const std::string& checkpoint, const fs::path& out,
-                       const nlohmann::json& settings) {
+                       const nlohmann::json& settings,
+                       std::vector<std::string> chosen = {"maml", "maml_noise", "platipus"}) {
   if (!eval_only) check_memory(o, network.layout().size());
-  auto learners = Learners<Loss>::make(network, loss, o);
+  auto learners = Learners<Loss>::make(network, loss, o, std::move(chosen));
   if (eval_only) {
     const auto metadata = load_learners(checkpoint, learners);
     learners.checkpoint = {{"file", checkpoint},

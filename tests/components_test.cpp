@@ -1658,6 +1658,26 @@ TEST_CASE("score_binary_classification: accuracy, NLL and ECE by hand",
   CHECK(score_binary_classification(p, labels, 1).ece == Approx(0.0).margin(1e-12));
 }
 
+TEST_CASE("score_classification: K-way accuracy, NLL and ECE by hand",
+          "[components][uncertainty]") {
+  // Three points of three classes: correct (0.7), wrong (0.5 on class 0
+  // for label 2), correct by the first of two equal maxima (0.4, 0.4).
+  const std::vector<double> p{0.7, 0.2, 0.1, 0.5, 0.2, 0.3, 0.4, 0.4, 0.2}, labels{0, 2, 0};
+  const auto s = score_classification(p, labels, 3, 10);
+  CHECK(s.accuracy == Approx(2.0 / 3));
+  CHECK(s.nll == Approx(-(std::log(0.7) + std::log(0.3) + std::log(0.4)) / 3));
+  // Confidences 0.7, 0.5, 0.4 in bins 7, 5, 4: |1 - 0.7| + |0 - 0.5| + |1 - 0.4|, over 3.
+  CHECK(s.ece == Approx((0.3 + 0.5 + 0.6) / 3));
+  // Binary scores are the K = 2 case.
+  const std::vector<double> q{0.9, 0.2}, binary_labels{1, 1};
+  const auto b = score_binary_classification(q, binary_labels);
+  const auto k = score_classification(std::vector<double>{0.1, 0.9, 0.8, 0.2}, binary_labels, 2);
+  CHECK((b.accuracy == k.accuracy && b.nll == k.nll && b.ece == k.ece));
+  CHECK_THROWS_WITH(score_classification(p, labels, 2), Contains("9 probabilities for 3 labels"));
+  CHECK_THROWS_WITH(score_classification(p, std::vector<double>{0, 3, 1}, 3),
+                    Contains("label 3 is not a class in [0, 3)"));
+}
+
 TEST_CASE("the scores refuse input that makes no sense, naming it", "[components][uncertainty]") {
   const std::vector<double> three{1, 2, 3}, two{1, 2};
   CHECK_THROWS_WITH(score_regression(three, two, 1.0), Contains("score_regression"));

@@ -7,9 +7,9 @@
 #include <fstream>
 #include <set>
 
-#include <stb_image_write.h>
 #include <zlib.h>
 
+#include "image_files.hpp"
 #include "platipus/data/fashion_mnist.hpp"
 #include "platipus/data/miniimagenet.hpp"
 #include "platipus/data/omniglot.hpp"
@@ -17,26 +17,10 @@
 
 using namespace platipus;
 using namespace platipus::data;
+using namespace image_files;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Writes a grey (1 channel) or RGB (3, interleaved) PNG of h x w pixels.
-void write_png(const fs::path& file, int h, int w, int channels,
-               const std::vector<std::uint8_t>& interleaved) {
-  fs::create_directories(file.parent_path());
-  REQUIRE(stbi_write_png(file.c_str(), w, h, channels, interleaved.data(), w * channels) != 0);
-}
-
-void write_jpg(const fs::path& file, int h, int w, const std::vector<std::uint8_t>& rgb) {
-  fs::create_directories(file.parent_path());
-  REQUIRE(stbi_write_jpg(file.c_str(), w, h, 3, rgb.data(), 100) != 0);
-}
-
-void write_text(const fs::path& file, const std::string& text) {
-  fs::create_directories(file.parent_path());
-  std::ofstream(file, std::ios::binary) << text;
-}
 
 std::string read_bytes(const fs::path& file) {
   return read_file(file);

@@ -9,12 +9,14 @@
 //   nll         -log (1/S) sum_s N(y; f_s(x), sigma^2), averaged over points
 //   coverage    share of points whose y lies in the mixture's central
 //               `interval` (by default 90%) predictive interval
-// Binary classification: the predictive probability p(x) of class 1 (the
-// mean of the samples' probabilities).
-//   accuracy    share of points with (p > 1/2) == label
-//   nll         -log p(label), averaged over points
+// Classification: the predictive probabilities p(k | x) of K classes (the
+// mean of the samples' probabilities: PLATIPUS's mean softmax); binary
+// classification is K = 2 with p(1 | x) = p.
+//   accuracy    share of points whose most probable class (the first of
+//               equals) is the label
+//   nll         -log p(label | x), averaged over points
 //   ece         expected calibration error (Guo et al., ICML 2017): points
-//               binned by confidence max(p, 1 - p) into `bins` equal bins,
+//               binned by confidence max_k p(k | x) into `bins` equal bins,
 //               sum_b (n_b / N) |accuracy_b - confidence_b|
 #pragma once
 
@@ -94,26 +96,32 @@ struct ClassificationScores {
   double accuracy = 0, nll = 0, ece = 0;
 };
 
-// probabilities [N] of class 1, labels [N] in {0, 1}.
-inline ClassificationScores score_binary_classification(std::span<const double> probabilities,
-                                                        std::span<const double> labels,
-                                                        int bins = 10) {
-  constexpr std::string_view name = "score_binary_classification";
+// probabilities [N, classes] (each row sums to 1), labels [N] in [0, classes).
+inline ClassificationScores score_classification(std::span<const double> probabilities,
+                                                 std::span<const double> labels,
+                                                 std::size_t classes, int bins = 10) {
+  constexpr std::string_view name = "score_classification";
   const std::size_t n = labels.size();
-  check(n > 0 && probabilities.size() == n, name, "{} probabilities for {} labels",
-        probabilities.size(), n);
+  check(classes >= 2, name, "classes must be at least 2, got {}", classes);
+  check(n > 0 && probabilities.size() == n * classes, name,
+        "{} probabilities for {} labels of {} classes", probabilities.size(), n, classes);
   check(bins > 0, name, "bins must be positive, got {}", bins);
   std::vector<double> bin_count(static_cast<std::size_t>(bins)), bin_correct(bin_count.size()),
       bin_confidence(bin_count.size());
   ClassificationScores scores;
   for (std::size_t i = 0; i < n; ++i) {
-    const double p = probabilities[i];
-    check(p >= 0 && p <= 1 && (labels[i] == 0 || labels[i] == 1), name,
-          "point {}: probability {} and label {} (need [0, 1] and {{0, 1}})", i, p, labels[i]);
-    const bool positive = labels[i] == 1, correct = (p > 0.5) == positive;
-    const double confidence = std::max(p, 1 - p);
+    const auto row = probabilities.subspan(i * classes, classes);
+    const double label = labels[i];
+    check(label >= 0 && label < static_cast<double>(classes) && label == std::floor(label), name,
+          "point {}: label {} is not a class in [0, {})", i, label, classes);
+    for (const double p : row)
+      check(p >= 0 && p <= 1, name, "point {}: probability {} is outside [0, 1]", i, p);
+    const auto predicted = static_cast<std::size_t>(std::ranges::max_element(row) - row.begin());
+    const auto truth = static_cast<std::size_t>(label);
+    const bool correct = predicted == truth;
+    const double confidence = row[predicted];
     scores.accuracy += correct / static_cast<double>(n);
-    scores.nll -= std::log(std::max(positive ? p : 1 - p, 1e-12)) / static_cast<double>(n);
+    scores.nll -= std::log(std::max(row[truth], 1e-12)) / static_cast<double>(n);
     const auto b = std::min(static_cast<std::size_t>(confidence * bins), bin_count.size() - 1);
     bin_count[b] += 1;
     bin_correct[b] += correct;
@@ -123,6 +131,24 @@ inline ClassificationScores score_binary_classification(std::span<const double> 
     if (bin_count[b] > 0)
       scores.ece += std::abs(bin_correct[b] - bin_confidence[b]) / static_cast<double>(n);
   return scores;
+}
+
+// probabilities [N] of class 1, labels [N] in {0, 1}: score_classification
+// of the rows (1 - p, p).
+inline ClassificationScores score_binary_classification(std::span<const double> probabilities,
+                                                        std::span<const double> labels,
+                                                        int bins = 10) {
+  check(probabilities.size() == labels.size(), "score_binary_classification",
+        "{} probabilities for {} labels", probabilities.size(), labels.size());
+  std::vector<double> rows;
+  rows.reserve(2 * probabilities.size());
+  for (std::size_t i = 0; i < probabilities.size(); ++i) {
+    const double p = probabilities[i];
+    check(p >= 0 && p <= 1, "score_binary_classification",
+          "point {}: probability {} is outside [0, 1]", i, p);
+    rows.insert(rows.end(), {1 - p, p});
+  }
+  return score_classification(rows, labels, 2, bins);
 }
 
 }  // namespace platipus

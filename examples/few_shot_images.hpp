@@ -1,0 +1,267 @@
+// What the image examples (omniglot, miniimagenet) share: the N-way K-shot
+// flags, the data and cache directories, and the evaluation of Table 2
+// (accuracy on held-out test episodes, with NLL and calibration, 95%
+// intervals over episodes).
+#pragma once
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "common.hpp"
+#include "platipus/images.hpp"
+
+namespace examples {
+
+// Exit status of an example whose data is absent: ctest's "skipped" (and
+// automake's), so that a test without the data skips rather than fails.
+constexpr int missing_data = 77;
+
+struct FewShotOptions : TrainingOptions {
+  long ways = 5, shots = 1;
+  long queries = 0;        // per class in training; 0: as many as shots (MAML's)
+  long eval_queries = 15;  // per class in the held-out episodes
+  long filters = 64;
+  bool strided = false;  // MAML's Omniglot network: stride-2 convolutions, no pooling
+  int evaluation_steps = 10;
+  std::string learners = "maml,platipus";
+  std::string data_dir, cache_dir;
+
+  void add_flags(CLI::App& app, const std::string& data_variable) {
+    TrainingOptions::add_flags(app);
+    app.add_option("--ways", ways, "N: classes per task")->check(CLI::Range(2L, 1'000L));
+    app.add_option("--shots", shots, "K: support images per class")->check(CLI::Range(1L, 1'000L));
+    app.add_option("--queries", queries,
+                   "query images per class in training (0: as many as --shots, as MAML)")
+        ->check(CLI::Range(0L, 1'000L));
+    app.add_option("--eval-queries", eval_queries, "query images per class in held-out episodes")
+        ->check(CLI::Range(1L, 1'000L));
+    app.add_option("--filters", filters, "filters of each convolution")
+        ->check(CLI::Range(1L, 4'096L));
+    app.add_flag("--strided", strided, "stride-2 convolutions instead of max pooling");
+    app.add_option("--eval-inner-steps", evaluation_steps,
+                   "inner steps when adapting to a held-out episode")
+        ->check(CLI::Range(0, 1'000));
+    app.add_option("--learners", learners,
+                   "the learners to train and evaluate, from maml, maml_noise and platipus")
+        ->check([](const std::string& text) -> std::string {
+          for (const auto& name : split_list(text))
+            if (name != "maml" && name != "maml_noise" && name != "platipus")
+              return fmt::format("unknown learner '{}' (maml, maml_noise, platipus)", name);
+          return split_list(text).empty() ? "no learner named" : "";
+        });
+    app.add_option("--data-dir", data_dir,
+                   fmt::format("the data set's directory (default: ${})", data_variable));
+    app.add_option("--cache-dir", cache_dir,
+                   "where decoded images are cached (default: $PLATIPUS_CACHE_DIR, else "
+                   "$XDG_CACHE_HOME/platipus or ~/.cache/platipus)");
+  }
+
+  // After parsing.
+  long training_queries() const { return queries > 0 ? queries : shots; }
+
+  static std::vector<std::string> split_list(const std::string& text) {
+    std::vector<std::string> names;
+    std::stringstream in(text);
+    for (std::string name; std::getline(in, name, ',');)
+      if (!name.empty()) names.push_back(name);
+    return names;
+  }
+
+  platipus::nn::Sequential network(std::int64_t channels, std::int64_t size) const {
+    return platipus::nn::conv4({.channels = channels,
+                                .size = size,
+                                .filters = filters,
+                                .outputs = ways,
+                                .strided = strided});
+  }
+
+  nlohmann::json json() const {
+    auto j = TrainingOptions::json();
+    j["ways"] = ways;
+    j["shots"] = shots;
+    j["queries"] = training_queries();
+    j["eval_queries"] = eval_queries;
+    j["filters"] = filters;
+    j["strided"] = strided;
+    j["eval_inner_steps"] = evaluation_steps;
+    j["learners"] = split_list(learners);
+    return j;
+  }
+};
+
+// --data-dir, else the environment variable, else empty (the caller exits
+// with missing_data after saying what it looked for).
+inline fs::path data_directory(const std::string& flag, const char* variable) {
+  if (!flag.empty()) return flag;
+  const char* value = std::getenv(variable);
+  return value != nullptr ? fs::path(value) : fs::path();
+}
+
+// Decoding progress while a cache is built, on stderr.
+inline platipus::data::CacheOptions cache_options(const FewShotOptions& o) {
+  auto progress = std::make_shared<std::unique_ptr<Progress>>();
+  return {.directory = o.cache_dir,
+          .threads = o.threads,
+          .progress = [progress](std::int64_t done, std::int64_t total) {
+            if (!*progress) *progress = std::make_unique<Progress>("decoding", total);
+            (*progress)->update(done, "images");
+          }};
+}
+
+// Says where a split came from and how long it took.
+inline void report_cache(const std::string& what, const platipus::data::CacheReport& r) {
+  fmt::print(stderr, "{}: {} {} in {:.2f} s{}\n", what, r.built ? "built" : "read", r.file.string(),
+             r.seconds, r.built ? fmt::format(" ({})", r.reason) : "");
+}
+
+// The softmax of logits [models, points, classes], averaged over the models
+// with `weight` each, added into `into` [points, classes].
+inline void add_softmax(const std::vector<float>& logits, std::size_t points, std::size_t classes,
+                        double weight, std::vector<double>& into) {
+  for (std::size_t r = 0; r * classes < logits.size(); ++r) {
+    const auto* row = logits.data() + r * classes;
+    const double largest = *std::max_element(row, row + classes);
+    double total = 0;
+    for (std::size_t k = 0; k < classes; ++k) total += std::exp(row[k] - largest);
+    for (std::size_t k = 0; k < classes; ++k)
+      into[(r % points) * classes + k] += weight * std::exp(row[k] - largest) / total;
+  }
+}
+
+// Table 2's protocol: each chosen learner adapts to `episodes` held-out
+// episodes (chunk at a time, so that memory stays small) and is scored on
+// their query images; MAML with its one adapted model, MAML + noise and
+// PLATIPUS with the mean softmax of `samples` sampled models. Returns
+// {learner: {accuracy, nll, ece}} with means and 95% intervals over episodes.
+template <class Loss, class Sampler>
+nlohmann::json evaluate_episodes(const Learners<Loss>& learners, const Sampler& sampler,
+                                 long episodes, long samples, long chunk, std::uint64_t seed) {
+  const auto classes = static_cast<std::size_t>(sampler.settings().ways);
+  std::map<std::string, std::vector<platipus::ClassificationScores>> scores;
+  platipus::Generator gen(seed, 3);
+  Progress progress("evaluating", episodes);
+  for (long done = 0; done < episodes; done += chunk) {
+    const auto batch = sampler.sample(std::min(chunk, episodes - done), gen);
+    const auto labels = batch.query_y.to_vector();
+    const auto points = static_cast<std::size_t>(batch.query_x.dim(1));
+    learners.for_each([&](const std::string& name, const auto& learner) {
+      const bool sampled = name != "maml";
+      const long models = sampled ? samples : 1;
+      const std::int64_t tasks = batch.tasks(), size = learner.model().layout().size();
+      // [tasks * models, P], task after task, each row predicting on its task's queries.
+      const auto params = [&] {
+        if constexpr (requires { learner.adapt_to(batch.support_x, batch.support_y, gen); })
+          if (!sampled) return learner.adapt_to(batch.support_x, batch.support_y, gen);
+        return learner.sample(batch.support_x, batch.support_y, models, gen)
+            .reshaped(platipus::Shape{tasks * models, size});
+      }();
+      const auto logits =
+          learner.predict(params, platipus::repeat_tasks(batch.query_x, models)).to_vector();
+      const std::size_t per_task = static_cast<std::size_t>(models) * points * classes;
+      for (std::int64_t t = 0; t < tasks; ++t) {
+        const std::vector<float> task_logits(
+            logits.begin() + static_cast<std::ptrdiff_t>(t * per_task),
+            logits.begin() + static_cast<std::ptrdiff_t>((t + 1) * per_task));
+        std::vector<double> probabilities(points * classes);
+        add_softmax(task_logits, points, classes, 1.0 / static_cast<double>(models), probabilities);
+        const std::vector<double> y(labels.begin() + static_cast<std::ptrdiff_t>(t * points),
+                                    labels.begin() + static_cast<std::ptrdiff_t>((t + 1) * points));
+        scores[name].push_back(platipus::score_classification(probabilities, y, classes));
+      }
+    });
+    progress.update(std::min(done + chunk, episodes), "episodes");
+  }
+  nlohmann::json results{{"episodes", episodes}, {"samples", samples}};
+  for (const auto& [learner, s] : scores)
+    results[learner] = {
+        {"accuracy", as_json(estimate_of(s, &platipus::ClassificationScores::accuracy))},
+        {"nll", as_json(estimate_of(s, &platipus::ClassificationScores::nll))},
+        {"ece", as_json(estimate_of(s, &platipus::ClassificationScores::ece))}};
+  return results;
+}
+
+// One row per evaluated learner: accuracy, NLL and ECE.
+inline void print_episode_scores(const nlohmann::json& results) {
+  fmt::print("  {:<11} {:>16} {:>16} {:>16}\n", "", "accuracy", "NLL per query", "ECE");
+  for (const char* learner : {"maml", "maml_noise", "platipus"}) {
+    if (!results.contains(learner)) continue;
+    fmt::print("  {:<11}", learner);
+    for (const char* key : {"accuracy", "nll", "ece"})
+      fmt::print(" {:>16}",
+                 Estimate{results[learner][key]["mean"], results[learner][key]["ci95"]}.text());
+    fmt::print("\n");
+  }
+}
+
+}  // namespace examples
+
+namespace examples {
+
+// An image example: its data set, its splits and MAML's settings for it.
+struct FewShotProgram {
+  std::string name, description, data_variable, layout;
+  std::string train_split, test_split;
+  std::int64_t channels = 1, size = 28;
+  long evaluation_chunk = 20;  // held-out episodes adapted at once
+  std::function<platipus::data::FewShotSplit(const fs::path&, std::string_view,
+                                             const platipus::data::CacheOptions&,
+                                             platipus::data::CacheReport*)>
+      load;
+};
+
+// The whole program: flags, data, training or the checkpoint, evaluation,
+// results.json.
+inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, char** argv) {
+  namespace data = platipus::data;
+  CLI::App app{p.description};
+  o.add_flags(app, p.data_variable);
+  RunFlags run("out/" + p.name);
+  run.add_flags(app);
+  CLI11_PARSE(app, argc, argv);
+  run.apply_quick(app, o);
+  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
+  o.inner_loop.evaluation_steps = o.evaluation_steps;
+  const fs::path root = data_directory(o.data_dir, p.data_variable.c_str());
+  if (root.empty() || !fs::is_directory(root)) {
+    fmt::print(stderr, "{}: no data: give --data-dir or set {} to a folder with {}{}\n", p.name,
+               p.data_variable, p.layout,
+               root.empty() ? "" : fmt::format(" ({} is not a directory)", root.string()));
+    return missing_data;
+  }
+  try {
+    const fs::path dir(out);
+    const auto cache = cache_options(o);
+    const auto sampler = [&](const std::string& split, long queries) {
+      data::CacheReport report;
+      auto images = p.load(root, split, cache, &report);
+      report_cache(fmt::format("{} {}", p.name, split), report);
+      return data::FewShotSampler<float, ExampleBackend>(
+          std::move(images), {.ways = o.ways, .shots = o.shots, .queries = queries});
+    };
+    const auto test = sampler(p.test_split, o.eval_queries);
+    const auto network = o.network(p.channels, p.size);
+    const auto chosen = FewShotOptions::split_list(o.learners);
+    const auto learners = eval_only ? prepare(network, platipus::SoftmaxCrossEntropyLoss{}, test, o,
+                                              true, checkpoint, dir, o.json(), chosen)
+                                    : prepare(network, platipus::SoftmaxCrossEntropyLoss{},
+                                              sampler(p.train_split, o.training_queries()), o,
+                                              false, checkpoint, dir, o.json(), chosen);
+    const auto results =
+        evaluate_episodes(learners, test, eval_tasks, samples, p.evaluation_chunk, o.seed);
+    write_json(dir / "results.json",
+               {{"results", results}, {"options", o.json()}, {"checkpoint", learners.checkpoint}});
+    fmt::print(
+        "{}-way {}-shot {}, {} {} episodes of {} queries per class ({} inner steps; mean +- 95% "
+        "interval)\n",
+        o.ways, o.shots, p.name, eval_tasks, p.test_split, o.eval_queries, o.evaluation_steps);
+    print_episode_scores(results);
+    fmt::print("wrote {}/results.json{}\n", out, eval_only ? "" : ", train.jsonl, train.csv");
+    return 0;
+  } catch (...) {
+    return report_failure(p.name);
+  }
+}
+
+}  // namespace examples
