@@ -223,6 +223,9 @@ struct TrainingOptions {
         ->check(CLI::Range(1L, 10'000L));
     app.add_option("--inner-steps", inner_loop.steps, "SGD steps of the inner loop")
         ->check(CLI::Range(0, 1'000));
+    app.add_option("--inner-evaluation-steps", inner_loop.evaluation_steps,
+                   "inner steps when adapting to a held-out task (default: --inner-steps)")
+        ->check(CLI::Range(0, 1'000));
     app.add_option("--inner-learning-rate", inner_loop.learning_rate,
                    "alpha, the inner loop's step size")
         ->check(CLI::Range(1e-12, 1e3));
@@ -269,6 +272,7 @@ struct TrainingOptions {
             {"meta_batch", meta_batch},
             {"inner_loop",
              {{"steps", inner_loop.steps},
+              {"evaluation_steps", inner_loop.evaluation_steps.value_or(inner_loop.steps)},
               {"learning_rate", inner_loop.learning_rate},
               {"gradient_noise", inner_loop.gradient_noise},
               {"max_gradient_norm", inner_loop.max_gradient_norm}}},

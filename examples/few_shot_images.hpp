@@ -24,7 +24,6 @@ struct FewShotOptions : TrainingOptions {
   long eval_queries = 15;  // per class in the held-out episodes
   long filters = 64;
   bool strided = false;  // MAML's Omniglot network: stride-2 convolutions, no pooling
-  int evaluation_steps = 10;
   std::string learners = "maml,platipus";
   std::string data_dir, cache_dir;
 
@@ -40,9 +39,6 @@ struct FewShotOptions : TrainingOptions {
     app.add_option("--filters", filters, "filters of each convolution")
         ->check(CLI::Range(1L, 4'096L));
     app.add_flag("--strided", strided, "stride-2 convolutions instead of max pooling");
-    app.add_option("--eval-inner-steps", evaluation_steps,
-                   "inner steps when adapting to a held-out episode")
-        ->check(CLI::Range(0, 1'000));
     app.add_option("--learners", learners,
                    "the learners to train and evaluate, from maml, maml_noise and platipus")
         ->check([](const std::string& text) -> std::string {
@@ -85,7 +81,6 @@ struct FewShotOptions : TrainingOptions {
     j["eval_queries"] = eval_queries;
     j["filters"] = filters;
     j["strided"] = strided;
-    j["eval_inner_steps"] = evaluation_steps;
     j["learners"] = split_list(learners);
     return j;
   }
@@ -222,7 +217,6 @@ inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, ch
   CLI11_PARSE(app, argc, argv);
   run.apply_quick(app, o);
   const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
-  o.inner_loop.evaluation_steps = o.evaluation_steps;
   const fs::path root = data_directory(o.data_dir, p.data_variable.c_str());
   if (root.empty() || !fs::is_directory(root)) {
     fmt::print(stderr, "{}: no data: give --data-dir or set {} to a folder with {}{}\n", p.name,
@@ -255,7 +249,8 @@ inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, ch
     fmt::print(
         "{}-way {}-shot {}, {} {} episodes of {} queries per class ({} inner steps; mean +- 95% "
         "interval)\n",
-        o.ways, o.shots, p.name, eval_tasks, p.test_split, o.eval_queries, o.evaluation_steps);
+        o.ways, o.shots, p.name, eval_tasks, p.test_split, o.eval_queries,
+        o.inner_loop.evaluation_steps.value_or(o.inner_loop.steps));
     print_episode_scores(results);
     fmt::print("wrote {}/results.json{}\n", out, eval_only ? "" : ", train.jsonl, train.csv");
     return 0;

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   examples::FewShotOptions o;
   o.inner_loop.steps = 5;
   o.inner_loop.learning_rate = 0.01;
-  o.evaluation_steps = 10;
+  o.inner_loop.evaluation_steps = 10;
   o.meta_batch = 4;
   o.queries = 15;
   o.filters = 32;

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   // 20-way runs take 5 steps of 0.1 and meta-batch 16).
   o.inner_loop.steps = 1;
   o.inner_loop.learning_rate = 0.4;
-  o.evaluation_steps = 3;
+  o.inner_loop.evaluation_steps = 3;
   o.meta_batch = 32;
   o.strided = true;
   o.filters = 64;
