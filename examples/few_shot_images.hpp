@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <span>
 #include <sstream>
 
 #include "common.hpp"
@@ -102,6 +103,7 @@ inline platipus::data::CacheOptions cache_options(const FewShotOptions& o) {
           .progress = [progress](std::int64_t done, std::int64_t total) {
             if (!*progress) *progress = std::make_unique<Progress>("decoding", total);
             (*progress)->update(done, "images");
+            if (done == total) progress->reset();  // the next split starts its own
           }};
 }
 
@@ -111,17 +113,17 @@ inline void report_cache(const std::string& what, const platipus::data::CacheRep
              r.seconds, r.built ? fmt::format(" ({})", r.reason) : "");
 }
 
-// The softmax of logits [models, points, classes], averaged over the models
-// with `weight` each, added into `into` [points, classes].
-inline void add_softmax(const std::vector<float>& logits, std::size_t points, std::size_t classes,
+// The softmax of logits [points, classes] times `weight`, added into `into`
+// [points, classes].
+inline void add_softmax(std::span<const float> logits, std::size_t points, std::size_t classes,
                         double weight, std::vector<double>& into) {
-  for (std::size_t r = 0; r * classes < logits.size(); ++r) {
+  for (std::size_t r = 0; r < points; ++r) {
     const auto* row = logits.data() + r * classes;
     const double largest = *std::max_element(row, row + classes);
     double total = 0;
     for (std::size_t k = 0; k < classes; ++k) total += std::exp(row[k] - largest);
     for (std::size_t k = 0; k < classes; ++k)
-      into[(r % points) * classes + k] += weight * std::exp(row[k] - largest) / total;
+      into[r * classes + k] += weight * std::exp(row[k] - largest) / total;
   }
 }
 
@@ -145,25 +147,33 @@ nlohmann::json evaluate_episodes(const Learners<Loss>& learners, const Sampler& 
       const bool sampled = name != "maml";
       const long models = sampled ? samples : 1;
       const std::int64_t tasks = batch.tasks(), size = learner.model().layout().size();
-      // [tasks * models, P], task after task, each row predicting on its task's queries.
-      const auto params = [&] {
+      const auto params = [&] {  // [tasks, models, P]
         if constexpr (requires { learner.adapt_to(batch.support_x, batch.support_y, gen); })
-          if (!sampled) return learner.adapt_to(batch.support_x, batch.support_y, gen);
-        return learner.sample(batch.support_x, batch.support_y, models, gen)
-            .reshaped(platipus::Shape{tasks * models, size});
+          if (!sampled)
+            return learner.adapt_to(batch.support_x, batch.support_y, gen)
+                .reshaped(platipus::Shape{tasks, 1, size});
+        return learner.sample(batch.support_x, batch.support_y, models, gen);
       }();
-      const auto logits =
-          learner.predict(params, platipus::repeat_tasks(batch.query_x, models)).to_vector();
-      const std::size_t per_task = static_cast<std::size_t>(models) * points * classes;
-      for (std::int64_t t = 0; t < tasks; ++t) {
-        const std::vector<float> task_logits(
-            logits.begin() + static_cast<std::ptrdiff_t>(t * per_task),
-            logits.begin() + static_cast<std::ptrdiff_t>((t + 1) * per_task));
-        std::vector<double> probabilities(points * classes);
-        add_softmax(task_logits, points, classes, 1.0 / static_cast<double>(models), probabilities);
+      // One model of each task at a time: predict holds every activation of
+      // its inputs, about 2 GB for 75 MiniImagenet queries, so all samples at
+      // once would take 22 GB.
+      std::vector<std::vector<double>> probabilities(static_cast<std::size_t>(tasks),
+                                                     std::vector<double>(points * classes));
+      for (long m = 0; m < models; ++m) {
+        const auto logits =
+            learner
+                .predict(
+                    platipus::raw::slice(params, 1, m, 1).reshaped(platipus::Shape{tasks, size}),
+                    batch.query_x)
+                .to_vector();
+        for (std::size_t t = 0; t < probabilities.size(); ++t)
+          add_softmax(std::span(logits).subspan(t * points * classes, points * classes), points,
+                      classes, 1.0 / static_cast<double>(models), probabilities[t]);
+      }
+      for (std::size_t t = 0; t < probabilities.size(); ++t) {
         const std::vector<double> y(labels.begin() + static_cast<std::ptrdiff_t>(t * points),
                                     labels.begin() + static_cast<std::ptrdiff_t>((t + 1) * points));
-        scores[name].push_back(platipus::score_classification(probabilities, y, classes));
+        scores[name].push_back(platipus::score_classification(probabilities[t], y, classes));
       }
     });
     progress.update(std::min(done + chunk, episodes), "episodes");

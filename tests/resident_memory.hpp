@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <fstream>
+#include <string>
 
 #if defined(__SANITIZE_ADDRESS__)
 // The sanitizer runtime's count of live heap bytes (GCC ships no header for it).
@@ -22,4 +23,21 @@ inline long resident_kib() {
   statm >> pages >> resident;
   return resident * sysconf(_SC_PAGESIZE) / 1024;
 #endif
+}
+
+// Linux's peak resident memory (VmHWM) in KiB, and its reset (clear_refs 5):
+// the peak of a stretch of code, whatever the tests before it held.
+inline long peak_resident_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string key; status >> key;) {
+    if (key == "VmHWM:") {
+      long kib = 0;
+      status >> kib;
+      return kib;
+    }
+  }
+  return 0;
+}
+inline void reset_peak_resident() {
+  std::ofstream("/proc/self/clear_refs") << "5";
 }

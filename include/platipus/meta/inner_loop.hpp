@@ -219,4 +219,32 @@ Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T
   return {phi, initial_loss};
 }
 
+// adapt where no gradient leaves the inner loop (adaptation outside
+// meta-training): each step runs on a tape of its own, freed before the next,
+// so memory holds one step's activations instead of every step's (one tape
+// held 16 GB for 10 steps of 10 PLATIPUS samples on 84 x 84 images). The
+// same arithmetic as adapt, so the same values to the bit. Returns the flat
+// parameters [tasks, P].
+template <class M, class L, class T, class B>
+Tensor<T, B> adapt_detached(const M& model, const L& loss, const Pieces<T, B>& start,
+                            const Tensor<T, B>& x, const Tensor<T, B>& y, const InnerLoop& loop,
+                            TaskNoise* noise = nullptr) {
+  loop.validate("adapt");
+  std::vector<Tensor<T, B>> values;
+  for (const auto& piece : start) values.push_back(piece.value().clone());
+  for (int step = 0; step < loop.steps; ++step) {
+    Tape<T, B> tape;
+    Pieces<T, B> phi;
+    for (auto& value : values) phi.push_back(tape.variable(std::move(value)));
+    auto next = inner_step(model, loss, std::move(phi), tape.constant(x), tape.constant(y), loop,
+                           {.noise = noise});
+    values.clear();
+    for (const auto& piece : next.params) values.push_back(piece.value().clone());
+  }
+  Tape<T, B> tape;
+  Pieces<T, B> phi;
+  for (const auto& value : values) phi.push_back(tape.constant(value));
+  return flat_values(phi, model.layout());
+}
+
 }  // namespace platipus

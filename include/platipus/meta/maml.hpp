@@ -90,13 +90,10 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
                         const Tensor<T, B>& support_y, Generator& gen) const {
     check_support_set(model_, loss_, support_x, support_y, "Maml::adapt");
     Tape<T, B> tape;
-    const auto theta_var = tape.variable(parts[theta]);
     TaskNoise noise(gen);
-    const auto adapted =
-        adapt(model_, loss_, per_task(theta_var, model_.layout(), support_x.dim(0)),
-              tape.constant(support_x), tape.constant(support_y),
-              settings_.inner_loop.for_evaluation(), {.noise = &noise});
-    return flat_values(adapted.params, model_.layout());
+    return adapt_detached(model_, loss_,
+                          per_task(tape.constant(parts[theta]), model_.layout(), support_x.dim(0)),
+                          support_x, support_y, settings_.inner_loop.for_evaluation(), &noise);
   }
 
   // Mean post-adaptation query loss of a batch (an evaluation, no update).

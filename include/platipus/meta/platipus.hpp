@@ -201,15 +201,11 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
       for (auto d : shape.dims()) one.push_back(d), many.push_back(d), merged.push_back(d);
       const auto draw = reshape(mu_p[i], one) +
                         exp(0.5 * log_s2[i]) * tape.constant(raw::normal<T, B>(many, gen));
-      start.push_back(
-          tape.variable(reshape(draw, merged).value().clone()));  // a fresh leaf: the test-time
-                                                                  // inner loop starts here
+      start.push_back(reshape(draw, merged));
     }
-    const auto xs = tape.constant(repeat_tasks(support_x, n));
-    const auto ys = tape.constant(repeat_tasks(support_y, n));
-    const auto phi =
-        adapt(model_, loss_, start, xs, ys, settings_.inner_loop.for_evaluation()).params;
-    return flat_values(phi, layout).reshaped(Shape{tasks, n, size});
+    return adapt_detached(model_, loss_, start, repeat_tasks(support_x, n),
+                          repeat_tasks(support_y, n), settings_.inner_loop.for_evaluation())
+        .reshaped(Shape{tasks, n, size});
   }
 
  private:
