@@ -78,7 +78,7 @@ class AnilObjective : public ObjectiveBase<M, L, T, B, AnilSettings, MamlNames> 
   ChunkTerms<T, B> chunk_terms(std::span<const Var<T, B>> parts, const TaskBatch<T, B>& chunk,
                                TaskNoise& /*noise*/, const StepSchedule& /*schedule*/) const {
     const auto adapted = adapt_head(parts[theta], chunk.support_x, chunk.support_y, chunk.tasks(),
-                                    settings_.inner_loop, !settings_.first_order);
+                                    settings_.inner_loop, {.create_graph = !settings_.first_order});
     return adapted_query_terms(model_, loss_, adapted, chunk);
   }
 
@@ -90,7 +90,7 @@ class AnilObjective : public ObjectiveBase<M, L, T, B, AnilSettings, MamlNames> 
     Tape<T, B> tape;
     const std::int64_t tasks = support_x.dim(0);
     auto phi = adapt_head(tape.variable(parts[theta]), support_x, support_y, tasks,
-                          settings_.inner_loop.for_evaluation(), false)
+                          settings_.inner_loop.for_evaluation(), {.detached = true})
                    .params;
     for (std::size_t i = 0; i < phi.size(); ++i)
       if (std::find(head_.begin(), head_.end(), i) == head_.end())
@@ -104,11 +104,11 @@ class AnilObjective : public ObjectiveBase<M, L, T, B, AnilSettings, MamlNames> 
  private:
   Adapted<T, B> adapt_head(const Var<T, B>& theta_var, const Tensor<T, B>& support_x,
                            const Tensor<T, B>& support_y, std::int64_t tasks, const InnerLoop& loop,
-                           bool create_graph) const {
+                           AdaptOptions<T, B> options) const {
     Tape<T, B>& tape = theta_var.tape();
+    options.adapted = head_;
     return adapt(model_, loss_, per_task(theta_var, model_.layout(), tasks, head_),
-                 tape.constant(support_x), tape.constant(support_y), loop,
-                 {.create_graph = create_graph, .adapted = head_});
+                 tape.constant(support_x), tape.constant(support_y), loop, options);
   }
 
   std::vector<std::size_t> head_;

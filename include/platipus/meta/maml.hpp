@@ -91,9 +91,11 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
     check_support_set(model_, loss_, support_x, support_y, "Maml::adapt");
     Tape<T, B> tape;
     TaskNoise noise(gen);
-    return adapt_detached(model_, loss_,
-                          per_task(tape.constant(parts[theta]), model_.layout(), support_x.dim(0)),
-                          support_x, support_y, settings_.inner_loop.for_evaluation(), &noise);
+    const auto adapted = adapt(
+        model_, loss_, per_task(tape.constant(parts[theta]), model_.layout(), support_x.dim(0)),
+        tape.constant(support_x), tape.constant(support_y), settings_.inner_loop.for_evaluation(),
+        {.noise = &noise, .detached = true});
+    return flat_values(adapted.params, model_.layout());
   }
 
   // Mean post-adaptation query loss of a batch (an evaluation, no update).

@@ -67,8 +67,9 @@ class MetaSgdObjective : public ObjectiveBase<M, L, T, B, MetaSgdSettings, MetaS
   // differentiated through them (second order) with respect to theta and alpha.
   ChunkTerms<T, B> chunk_terms(std::span<const Var<T, B>> parts, const TaskBatch<T, B>& chunk,
                                TaskNoise& /*noise*/, const StepSchedule& /*schedule*/) const {
-    const auto adapted = adapt_with(parts[theta], parts[learning_rate_scales], chunk.support_x,
-                                    chunk.support_y, chunk.tasks(), settings_.inner_loop, true);
+    const auto adapted =
+        adapt_with(parts[theta], parts[learning_rate_scales], chunk.support_x, chunk.support_y,
+                   chunk.tasks(), settings_.inner_loop, {.create_graph = true});
     return adapted_query_terms(model_, loss_, adapted, chunk);
   }
 
@@ -79,20 +80,22 @@ class MetaSgdObjective : public ObjectiveBase<M, L, T, B, MetaSgdSettings, MetaS
     Tape<T, B> tape;
     const auto adapted = adapt_with(
         tape.variable(parts[theta]), tape.constant(parts[learning_rate_scales]), support_x,
-        support_y, support_x.dim(0), settings_.inner_loop.for_evaluation(), false);
+        support_y, support_x.dim(0), settings_.inner_loop.for_evaluation(), {.detached = true});
     return flat_values(adapted.params, model_.layout());
   }
 
  private:
   Adapted<T, B> adapt_with(const Var<T, B>& theta_var, const Var<T, B>& scales,
                            const Tensor<T, B>& support_x, const Tensor<T, B>& support_y,
-                           std::int64_t tasks, const InnerLoop& loop, bool create_graph) const {
+                           std::int64_t tasks, const InnerLoop& loop,
+                           AdaptOptions<T, B> options) const {
     Tape<T, B>& tape = theta_var.tape();
     const auto& layout = model_.layout();
     const Pieces<T, B> alpha =
         unflatten(scales * static_cast<T>(settings_.inner_loop.learning_rate), layout.shapes());
+    options.rates = &alpha;
     return adapt(model_, loss_, per_task(theta_var, layout, tasks), tape.constant(support_x),
-                 tape.constant(support_y), loop, {.create_graph = create_graph, .rates = &alpha});
+                 tape.constant(support_y), loop, options);
   }
 };
 

@@ -203,9 +203,11 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
                         exp(0.5 * log_s2[i]) * tape.constant(raw::normal<T, B>(many, gen));
       start.push_back(reshape(draw, merged));
     }
-    return adapt_detached(model_, loss_, start, repeat_tasks(support_x, n),
-                          repeat_tasks(support_y, n), settings_.inner_loop.for_evaluation())
-        .reshaped(Shape{tasks, n, size});
+    const auto phi = adapt(model_, loss_, start, tape.constant(repeat_tasks(support_x, n)),
+                           tape.constant(repeat_tasks(support_y, n)),
+                           settings_.inner_loop.for_evaluation(), {.detached = true})
+                         .params;
+    return flat_values(phi, layout).reshaped(Shape{tasks, n, size});
   }
 
  private:

@@ -92,7 +92,8 @@ class ReptileObjective : public ObjectiveBase<M, L, T, B, ReptileSettings, MamlN
     Tape<T, B> tape;
     const auto adapted = adapt(
         model_, loss_, per_task(tape.variable(parts[theta]), model_.layout(), support_x.dim(0)),
-        tape.constant(support_x), tape.constant(support_y), settings_.inner_loop.for_evaluation());
+        tape.constant(support_x), tape.constant(support_y), settings_.inner_loop.for_evaluation(),
+        {.detached = true});
     return flat_values(adapted.params, model_.layout());
   }
 };
