@@ -13,9 +13,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/chrono.h>
@@ -450,6 +452,7 @@ void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptio
   const std::map<std::string, std::uint64_t> stream{
       {"maml", 1}, {"maml_noise", 3}, {"platipus", 2}};
   learners.for_each([&](const std::string& name, auto& learner) {
+    check_task_memory(name, learner, sampler, o);
     train_learner(log, name, learner, sampler, o, stream.at(name));
   });
 }
@@ -482,6 +485,51 @@ inline void check_memory(const TrainingOptions& o, std::int64_t parameters) {
                   "GB are available; use a smaller --meta-batch or --inner-steps, or --force",
                   o.meta_batch, o.inner_loop.steps, bytes / 1e9,
                   static_cast<double>(available) / 1e9);
+}
+
+// The peak resident memory of this process in bytes (Linux's VmHWM) since
+// reset_peak_memory, which says whether it could reset it.
+inline bool reset_peak_memory() {
+  std::ofstream clear_refs("/proc/self/clear_refs");
+  return static_cast<bool>(clear_refs << "5" << std::flush);
+}
+inline std::uint64_t status_bytes(const char* key) {
+  std::ifstream status("/proc/self/status");
+  for (std::string word; status >> word;)
+    if (word == key) {
+      std::uint64_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+  return 0;
+}
+
+// Refuses, before `learner` trains, a run whose tasks in flight need more
+// memory than is available, measured rather than bounded: one task's
+// meta-gradient (on a task of its own generator stream, so training draws
+// the same numbers) adds a peak of M bytes, and min(threads, meta-batch)
+// tasks run at once on the CPU (one chunk per task). The default miniimagenet
+// run asked for two PLATIPUS tasks of 11.7 GB each on a 2-core, 24 GB
+// machine, and the kernel killed it 13 minutes in.
+template <class Learner, class Sampler>
+void check_task_memory(const std::string& name, const Learner& learner, const Sampler& sampler,
+                       const TrainingOptions& o) {
+  if (!std::is_same_v<ExampleBackend, platipus::cpu> || o.force || !reset_peak_memory()) return;
+  const std::uint64_t before = status_bytes("VmRSS:");
+  platipus::Generator gen(o.seed, 99);
+  learner.meta_gradient(sampler.sample(1, gen), gen);
+  const std::uint64_t task = status_bytes("VmHWM:") - std::min(before, status_bytes("VmHWM:"));
+  const auto threads = static_cast<std::uint64_t>(
+      std::min<long>(o.meta_batch, o.threads > 0 ? o.threads : ExampleBackend::default_threads()));
+  const std::uint64_t available = available_memory();
+  const std::uint64_t fit = task > 0 ? available / task : threads;
+  platipus::check(available == 0 || task * threads <= available, "memory",
+                  "{}: a task's meta-step takes {:.2f} GB and {} run at once, {:.1f} GB in all, "
+                  "but {:.1f} GB are available; {}, or --force",
+                  name, static_cast<double>(task) / 1e9, threads,
+                  static_cast<double>(task * threads) / 1e9, static_cast<double>(available) / 1e9,
+                  fit > 0 ? fmt::format("use --threads {} (the same numbers, more slowly)", fit)
+                          : std::string("use a smaller network or fewer points per task"));
 }
 
 // Trains and saves the checkpoint (DIR/checkpoint.safetensors unless `checkpoint`

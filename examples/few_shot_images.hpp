@@ -137,7 +137,13 @@ nlohmann::json evaluate_episodes(const Learners<Loss>& learners, const Sampler& 
                                  long episodes, long samples, long chunk, std::uint64_t seed) {
   const auto classes = static_cast<std::size_t>(sampler.settings().ways);
   std::map<std::string, std::vector<platipus::ClassificationScores>> scores;
+  // The episodes from one stream, each learner's draws from a stream of its
+  // own: every learner meets the same episodes whichever learners a run
+  // chose, so runs of one learner each can be compared episode by episode.
   platipus::Generator gen(seed, 3);
+  std::map<std::string, platipus::Generator> draws;
+  for (const auto& [name, stream] : {std::pair{"maml", 6}, {"maml_noise", 7}, {"platipus", 8}})
+    draws.emplace(name, platipus::Generator(seed, stream));
   Progress progress("evaluating", episodes);
   for (long done = 0; done < episodes; done += chunk) {
     const auto batch = sampler.sample(std::min(chunk, episodes - done), gen);
@@ -147,12 +153,13 @@ nlohmann::json evaluate_episodes(const Learners<Loss>& learners, const Sampler& 
       const bool sampled = name != "maml";
       const long models = sampled ? samples : 1;
       const std::int64_t tasks = batch.tasks(), size = learner.model().layout().size();
+      auto& own = draws.at(name);
       const auto params = [&] {  // [tasks, models, P]
-        if constexpr (requires { learner.adapt_to(batch.support_x, batch.support_y, gen); })
+        if constexpr (requires { learner.adapt_to(batch.support_x, batch.support_y, own); })
           if (!sampled)
-            return learner.adapt_to(batch.support_x, batch.support_y, gen)
+            return learner.adapt_to(batch.support_x, batch.support_y, own)
                 .reshaped(platipus::Shape{tasks, 1, size});
-        return learner.sample(batch.support_x, batch.support_y, models, gen);
+        return learner.sample(batch.support_x, batch.support_y, models, own);
       }();
       // One model of each task at a time: predict holds every activation of
       // its inputs, about 2 GB for 75 MiniImagenet queries, so all samples at
