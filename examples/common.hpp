@@ -515,13 +515,14 @@ template <class Learner, class Sampler>
 void check_task_memory(const std::string& name, const Learner& learner, const Sampler& sampler,
                        const TrainingOptions& o) {
   if (!std::is_same_v<ExampleBackend, platipus::cpu> || o.force || !reset_peak_memory()) return;
-  const std::uint64_t before = status_bytes("VmRSS:");
+  // Available before the task: after it, this process's heap keeps much of
+  // what the task freed.
+  const std::uint64_t available = available_memory(), before = status_bytes("VmRSS:");
   platipus::Generator gen(o.seed, 99);
   learner.meta_gradient(sampler.sample(1, gen), gen);
   const std::uint64_t task = status_bytes("VmHWM:") - std::min(before, status_bytes("VmHWM:"));
   const auto threads = static_cast<std::uint64_t>(
       std::min<long>(o.meta_batch, o.threads > 0 ? o.threads : ExampleBackend::default_threads()));
-  const std::uint64_t available = available_memory();
   const std::uint64_t fit = task > 0 ? available / task : threads;
   platipus::check(available == 0 || task * threads <= available, "memory",
                   "{}: a task's meta-step takes {:.2f} GB and {} run at once, {:.1f} GB in all, "
