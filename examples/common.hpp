@@ -520,7 +520,7 @@ void check_task_memory(const std::string& name, const Learner& learner, const Sa
   const std::uint64_t available = available_memory(), before = status_bytes("VmRSS:");
   platipus::Generator gen(o.seed, 99);
   learner.meta_gradient(sampler.sample(1, gen), gen);
-  const std::uint64_t task = status_bytes("VmHWM:") - std::min(before, status_bytes("VmHWM:"));
+  const std::uint64_t peak = status_bytes("VmHWM:"), task = peak - std::min(before, peak);
   const auto threads = static_cast<std::uint64_t>(
       std::min<long>(o.meta_batch, o.threads > 0 ? o.threads : ExampleBackend::default_threads()));
   const std::uint64_t fit = task > 0 ? available / task : threads;
