@@ -1,11 +1,18 @@
-# cmake --install: headers, the platipus::platipus target (and platipus::images
-# and platipus::cuda when they are built) and a package config, so that a downstream
-# project can find_package(platipus CONFIG REQUIRED [COMPONENTS images cuda]).
+# cmake --install: headers, the platipus::platipus target (and platipus::images,
+# platipus::cuda, platipus::mpi and platipus::nccl when they are built) and a
+# package config, so that a downstream project can
+# find_package(platipus CONFIG REQUIRED [COMPONENTS images cuda mpi nccl]).
 include(CMakePackageConfigHelpers)
 install(DIRECTORY include/platipus TYPE INCLUDE)
 install(TARGETS platipus EXPORT platipusTargets)
 if(PLATIPUS_IMAGES_ENABLED)
   install(TARGETS platipus_images EXPORT platipusTargets)
+endif()
+if(PLATIPUS_MPI_ENABLED)
+  install(TARGETS platipus_mpi EXPORT platipusTargets)
+endif()
+if(PLATIPUS_NCCL_ENABLED)
+  install(TARGETS platipus_nccl EXPORT platipusTargets)
 endif()
 if(PLATIPUS_CUDA_ENABLED)
   install(TARGETS platipus_cuda EXPORT platipusTargets)

@@ -214,6 +214,7 @@ int main(int argc, char** argv) {
           protocol.region_low, protocol.region_high);
     const fs::path dir(out);
     const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);
+    if (!is_root()) return 0;  // the other ranks of a distributed run only train
     auto results = run(learners, protocol, options.seed);
     results["checkpoint"] = learners.checkpoint;
     write_json(dir / "active_learning.json", results);

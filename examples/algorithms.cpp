@@ -50,6 +50,7 @@ struct Run {
                                          name + "/" + part, tensor->shape()));
     } else {
       // Every algorithm sees the same task stream: MAML's in sine_line.
+      learner.distribute(world_slot());
       try {
         step_ms = 1000 * train_learner(*log, name, learner, sampler(), options, 1) /
                   static_cast<double>(options.steps);
@@ -58,6 +59,7 @@ struct Run {
         results[name] = {{"diverged", e.what()}};
         return;
       }
+      if (!is_root()) return;  // rank 0 scores and saves
       for (const auto& [part, tensor] : learner.state())
         named.emplace_back(name + "/" + part, &saved.emplace_back(tensor->clone()));
     }
@@ -182,6 +184,8 @@ int main(int argc, char** argv) {
   flags.apply_quick(app, options);
   const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = flags;
   try {
+    options.threads = per_rank(options).threads;
+    if (!eval_only) announce_ranks(options);
     const fs::path dir(out);
     if (!eval_only) check_memory(options, paper_network().layout().size());
     std::optional<io::MetricsLog> log;
@@ -193,6 +197,7 @@ int main(int argc, char** argv) {
             .samples = samples,
             .log = log ? &*log : nullptr};
     run_algorithms(chosen, options, run);
+    if (!is_root()) return 0;  // the other ranks of a distributed run only train
     nlohmann::json record{{"results", run.results}, {"options", options.json()}};
     if (!eval_only) {
       const fs::path path = checkpoint_file(checkpoint, dir);

@@ -145,6 +145,7 @@ int main(int argc, char** argv) {
     const auto learners =
         prepare(paper_network(), Options::loss(), Sampler({.support = 1, .query = o.query}), o,
                 eval_only, checkpoint, dir, o.json());
+    if (!is_root()) return 0;  // the other ranks of a distributed run only train
     const auto results = evaluate(learners, eval_tasks, samples, o.seed);
     write_json(dir / "results.json",
                {{"results", results}, {"options", o.json()}, {"checkpoint", learners.checkpoint}});

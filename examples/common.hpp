@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -22,10 +23,18 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "backend.hpp"
+#include "platipus/distributed/communicator.hpp"
+#ifdef PLATIPUS_WITH_MPI
+#include "platipus/distributed/mpi.hpp"
+#endif
+#if defined(PLATIPUS_WITH_NCCL) && defined(PLATIPUS_EXAMPLES_ON_CUDA)
+#include "platipus/distributed/nccl.hpp"
+#endif
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
 #include "platipus/io/training_run.hpp"
@@ -157,8 +166,40 @@ inline void plot(const std::string& script, const fs::path& out) {
     fmt::print(stderr, "the plot script failed: {}\n", command);
 }
 
+// The ranks this program meta-trains on: MPI's when an MPI launcher
+// (mpirun, mpiexec, srun) started it and CMake found MPI, with NCCL on CUDA
+// when each rank of a machine has a GPU of its own; null for one process.
+// Made at the first call (MPI_Init) and kept until the program exits
+// (MPI_Finalize).
+inline std::shared_ptr<platipus::Communicator>& world_slot() {
+  static std::shared_ptr<platipus::Communicator> world;
+  return world;
+}
+inline platipus::Communicator* world() {
+#ifdef PLATIPUS_WITH_MPI
+  static const bool made = [] {
+    if (!platipus::launched_by_mpi()) return false;
+    auto mpi = std::make_shared<platipus::MpiCommunicator>();
+    world_slot() = mpi;
+#if defined(PLATIPUS_WITH_NCCL) && defined(PLATIPUS_EXAMPLES_ON_CUDA)
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && mpi->local_size() <= devices)
+      world_slot() = std::make_shared<platipus::NcclCommunicator>(mpi);
+#endif
+    return true;
+  }();
+  (void)made;
+#endif
+  return world_slot().get();
+}
+// Whether this rank writes: files, progress and results are rank 0's alone.
+inline bool is_root() {
+  return world() == nullptr || world()->rank() == 0;
+}
+
 // For main's catch (...): prints the exception in flight as one line on
-// stderr, "program: what went wrong", and returns the exit status 1.
+// stderr, "program: what went wrong", and returns the exit status 1. Under
+// MPI it then ends every rank (MPI_Abort), so none waits for this one.
 inline int report_failure(std::string_view program) {
   try {
     throw;
@@ -171,6 +212,10 @@ inline int report_failure(std::string_view program) {
     fmt::print(stderr, "{}: {}\n", program, e.what());
   } catch (...) {
     fmt::print(stderr, "{}: an unknown exception\n", program);
+  }
+  if (auto* ranks = world_slot().get(); ranks != nullptr && ranks->size() > 1) {
+    std::fflush(nullptr);
+    ranks->abort(1);
   }
   return 1;
 }
@@ -286,7 +331,8 @@ struct TrainingOptions {
             {"posterior_variance", posterior_variance},
             {"gamma", gamma},
             {"task_chunks", task_chunks},
-            {"seed", seed}};
+            {"seed", seed},
+            {"ranks", world() ? world()->size() : 1}};
   }
 
   // MAML, or with `noisy` MAML + noise.
@@ -430,10 +476,17 @@ nlohmann::json load_learners(const fs::path& path, Learners<Loss>& learners) {
 // Meta-trains one learner on fresh tasks from `sampler` drawn from the
 // generator stream (o.seed, stream), with a progress display, appending a row
 // to `log` at every record. Returns the seconds it took.
+// Distributed, every rank draws the same batches and computes its slice of
+// each; rank 0 alone shows progress and writes.
 template <class Learner, class Sampler>
 double train_learner(platipus::io::MetricsLog& log, const std::string& name, Learner& learner,
                      const Sampler& sampler, const TrainingOptions& o, std::uint64_t stream) {
   platipus::Generator gen(o.seed, stream);
+  if (!is_root()) {
+    platipus::meta_train(learner, sampler, gen,
+                         {.steps = o.steps, .meta_batch = o.meta_batch, .name = name});
+    return 0;
+  }
   Progress progress(name, o.steps);
   platipus::io::train_and_record(
       learner, sampler, gen, {.steps = o.steps, .meta_batch = o.meta_batch, .name = name}, log, {},
@@ -441,6 +494,21 @@ double train_learner(platipus::io::MetricsLog& log, const std::string& name, Lea
         progress.update(r.step, fmt::format("query loss {:.3f}", r.query_loss));
       });
   return progress.seconds();
+}
+
+// Under MPI, rank 0 says how a meta-step is spread: the ranks and each
+// one's share of the meta-batch (throwing when it cannot be cut).
+inline void announce_ranks(const TrainingOptions& o) {
+  const auto* ranks = world();
+  if (ranks == nullptr) return;
+  std::vector<std::string> slices;
+  for (int r = 0; r < ranks->size(); ++r)
+    slices.push_back(std::to_string(platipus::rank_tasks(o.meta_batch, r, ranks->size()).count));
+  if (is_root())
+    fmt::print(
+        stderr,
+        "distributed over {} ranks ({}), {} thread(s) each: the {} tasks of a meta-step as {}\n",
+        ranks->size(), ranks->name(), o.threads, o.meta_batch, fmt::join(slices, " + "));
 }
 
 // Meta-trains the chosen learners, appending to <out>/train.{jsonl,csv} as
@@ -451,8 +519,10 @@ void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptio
   platipus::io::MetricsLog log(out, "train");
   const std::map<std::string, std::uint64_t> stream{
       {"maml", 1}, {"maml_noise", 3}, {"platipus", 2}};
+  announce_ranks(o);
   learners.for_each([&](const std::string& name, auto& learner) {
     check_task_memory(name, learner, sampler, o);
+    learner.distribute(world_slot());
     train_learner(log, name, learner, sampler, o, stream.at(name));
   });
 }
@@ -521,8 +591,10 @@ void check_task_memory(const std::string& name, const Learner& learner, const Sa
   platipus::Generator gen(o.seed, 99);
   learner.meta_gradient(sampler.sample(1, gen), gen);
   const std::uint64_t peak = status_bytes("VmHWM:"), task = peak - std::min(before, peak);
+  // Ranks on this machine share its memory.
   const auto threads = static_cast<std::uint64_t>(
-      std::min<long>(o.meta_batch, o.threads > 0 ? o.threads : ExampleBackend::default_threads()));
+      std::min<long>(o.meta_batch, o.threads > 0 ? o.threads : ExampleBackend::default_threads()) *
+      (world() ? world()->local_size() : 1));
   const std::uint64_t fit = task > 0 ? available / task : threads;
   platipus::check(available == 0 || task * threads <= available, "memory",
                   "{}: a task's meta-step takes {:.2f} GB and {} run at once, {:.1f} GB in all, "
@@ -531,6 +603,14 @@ void check_task_memory(const std::string& name, const Learner& learner, const Sa
                   static_cast<double>(task * threads) / 1e9, static_cast<double>(available) / 1e9,
                   fit > 0 ? fmt::format("use --threads {} (the same numbers, more slowly)", fit)
                           : std::string("use a smaller network or fewer points per task"));
+}
+
+// The options of one rank: with `--threads 0` the ranks of a machine share
+// its cores rather than each taking all of them.
+inline TrainingOptions per_rank(TrainingOptions o) {
+  if (world() != nullptr && o.threads == 0)
+    o.threads = std::max(1, ExampleBackend::default_threads() / world()->local_size());
+  return o;
 }
 
 // Trains and saves the checkpoint (DIR/checkpoint.safetensors unless `checkpoint`
@@ -542,7 +622,8 @@ Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss
                        const nlohmann::json& settings,
                        std::vector<std::string> chosen = {"maml", "maml_noise", "platipus"}) {
   if (!eval_only) check_memory(o, network.layout().size());
-  auto learners = Learners<Loss>::make(network, loss, o, std::move(chosen));
+  const TrainingOptions rank_options = per_rank(o);
+  auto learners = Learners<Loss>::make(network, loss, rank_options, std::move(chosen));
   if (eval_only) {
     const auto metadata = load_learners(checkpoint, learners);
     learners.checkpoint = {{"file", checkpoint},
@@ -550,7 +631,8 @@ Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss
                            {"options", metadata.value("options", nlohmann::json::object())}};
     fmt::print(stderr, "loaded {}\n", checkpoint);
   } else {
-    train(learners, sampler, o, out);
+    train(learners, sampler, rank_options, out);
+    if (!is_root()) return learners;  // rank 0 writes, evaluates and reports
     const fs::path path = checkpoint_file(checkpoint, out);
     save_learners(path, {{"options", settings}, {"run_id", run_id()}}, learners);
     learners.checkpoint = {{"file", path.string()}, {"run_id", run_id()}, {"options", settings}};

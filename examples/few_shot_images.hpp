@@ -259,6 +259,7 @@ inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, ch
                                     : prepare(network, platipus::SoftmaxCrossEntropyLoss{},
                                               sampler(p.train_split, o.training_queries()), o,
                                               false, checkpoint, dir, o.json(), chosen);
+    if (!is_root()) return 0;  // the other ranks of a distributed run only train
     const auto results =
         evaluate_episodes(learners, test, eval_tasks, samples, p.evaluation_chunk, o.seed);
     write_json(dir / "results.json",

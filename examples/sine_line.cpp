@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
   try {
     const fs::path dir(out);
     const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);
+    if (!is_root()) return 0;  // the other ranks of a distributed run only train
     const auto results = evaluate(learners, eval_tasks, samples, options.seed);
     write_json(
         dir / "results.json",

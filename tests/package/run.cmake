@@ -1,7 +1,8 @@
 # ctest driver: installs the build tree into a scratch prefix, then builds
 # and runs the consumer against it, and again through add_subdirectory.
 # Inputs: -DBUILD_DIR (platipus's build tree), -DSOURCE_DIR (platipus's
-# sources), -DWORK_DIR (scratch), -DIMAGES (whether platipus::images was built).
+# sources), -DWORK_DIR (scratch), -DIMAGES (whether platipus::images was built),
+# -DMPI (whether platipus::mpi was).
 file(REMOVE_RECURSE ${WORK_DIR})
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -19,6 +20,9 @@ run(${WORK_DIR}/installed/train_maml)
 if(IMAGES)  # platipus::images was built: its consumer must be too
   run(${WORK_DIR}/installed/images_consumer)
 endif()
+if(MPI)
+  run(${WORK_DIR}/installed/mpi_consumer)
+endif()
 
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/package -B ${WORK_DIR}/subdirectory -DPLATIPUS_SOURCE_DIR=${SOURCE_DIR}
     -DPLATIPUS_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
@@ -27,4 +31,7 @@ run(${WORK_DIR}/subdirectory/consumer)
 run(${WORK_DIR}/subdirectory/train_maml)
 if(IMAGES)
   run(${WORK_DIR}/subdirectory/images_consumer)
+endif()
+if(MPI)
+  run(${WORK_DIR}/subdirectory/mpi_consumer)
 endif()

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "platipus/distributed/communicator.hpp"
 #include "platipus/meta/predict.hpp"
 #include "platipus/meta/step_statistics.hpp"
 #include "platipus/meta/task_noise.hpp"
@@ -162,6 +163,25 @@ class MetaLearner : public O::Names {
           settings.task_chunks);
   }
 
+  // Data parallelism over processes: from now on each meta-step computes the
+  // slice rank_tasks(...) of the meta-batch it is given (every rank is given
+  // the same batch, by samplers drawing from the same seed) and sums the
+  // ranks' meta-gradients and statistics before the optimiser's step, so all
+  // ranks take the same step and N ranks compute one process's meta-gradient
+  // up to the order of float sums. Starts by giving every rank rank 0's
+  // meta-parameters (call it after loading a checkpoint, or on every rank
+  // after loading it there). Null: one process again.
+  void distribute(std::shared_ptr<Communicator> communicator) {
+    if (communicator) {
+      std::array<Tensor<T, B>*, O::part_count> parts;
+      for (std::size_t i = 0; i < parts.size(); ++i) parts[i] = &parts_[i];
+      broadcast(*communicator, std::span<Tensor<T, B>* const>(parts), 0);
+    }
+    communicator_ = std::move(communicator);
+  }
+  // The ranks a meta-step is spread over; null for one process.
+  const Communicator* communicator() const { return communicator_.get(); }
+
   // One meta-update of the parts on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
     check_batch(objective_.loss(), objective_.model(), batch, step_name());
@@ -205,6 +225,9 @@ class MetaLearner : public O::Names {
 
   // Why a recorded meta-step could not be replayed as it is; empty when it can.
   std::string replay_obstacle() const {
+    if (communicator_ && communicator_->memory() == CommunicatorMemory::host)
+      return fmt::format("distributed over {}: the meta-gradient is reduced through host memory",
+                         communicator_->name());
     if (auto obstacle = recording_obstacle<B>(*pool_, settings().task_chunks); !obstacle.empty())
       return obstacle;
     return objective_.replay_obstacle(steps_reader());
@@ -297,24 +320,29 @@ class MetaLearner : public O::Names {
     };
   }
 
-  // Chunks of tasks run in parallel on the pool, each on its own tape.
-  typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& batch,
+  // Chunks of tasks run in parallel on the pool, each on its own tape; when
+  // distributed, chunks of this rank's slice, then the sum over the ranks.
+  typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& full_batch,
                                                              Generator& gen,
                                                              const StepSchedule& schedule) const {
-    batch.validate(step_name());
+    full_batch.validate(step_name());
+    const TaskRange mine =
+        communicator_ ? rank_tasks(full_batch.tasks(), communicator_->rank(), communicator_->size())
+                      : TaskRange{0, full_batch.tasks()};
+    const auto batch = slice_tasks(full_batch, mine);
     const auto ranges = chunks_of<B>(batch.tasks(), settings().task_chunks, *pool_);
     std::array<Shape, O::part_count> shapes;
     for (std::size_t i = 0; i < shapes.size(); ++i) shapes[i] = parts_[i].shape();
     ChunkResults<T, B> results(ranges.size(), shapes);
     const TaskNoise noise(gen);
-    const std::int64_t tasks = batch.tasks();
+    const std::int64_t tasks = full_batch.tasks();
     if (ranges.size() > 1) B::synchronize();  // the workers' streams read this thread's work
     pool_->run(static_cast<int>(ranges.size()), [&](int c) {
       const auto chunk = slice_tasks(batch, ranges[c]);
       Tape<T, B> tape;
       std::array<Var<T, B>, O::part_count> v;
       for (std::size_t i = 0; i < v.size(); ++i) v[i] = tape.variable(parts_[i]);
-      TaskNoise chunk_noise = noise.from_task(ranges[c].start);
+      TaskNoise chunk_noise = noise.from_task(mine.start + ranges[c].start);
       const auto terms =
           objective_.chunk_terms(std::span<const Var<T, B>>(v), chunk, chunk_noise, schedule);
       // The mean over all the batch's tasks, not the chunk's.
@@ -322,13 +350,21 @@ class MetaLearner : public O::Names {
           grad(terms.objective / static_cast<double>(tasks), std::span<const Var<T, B>>(v));
       results.store(c, grads, step_statistics(terms.query, terms.support, terms.kl, tasks));
     });
-    return results.sum();
+    auto total = results.sum();
+    if (communicator_) {
+      std::vector<Tensor<T, B>*> sums;
+      for (auto& g : total.gradients) sums.push_back(&g);
+      sums.push_back(&total.statistics);
+      all_reduce_sum(*communicator_, std::span<Tensor<T, B>* const>(sums));
+    }
+    return total;
   }
 
   O objective_;
   Parts parts_;
   optim::Adam<T, B> optimizer_;
   std::unique_ptr<ThreadPool> pool_;
+  std::shared_ptr<Communicator> communicator_;
 };
 
 }  // namespace platipus

@@ -39,6 +39,18 @@ inline std::vector<TaskRange> split_tasks(std::int64_t tasks, std::int64_t parts
   return ranges;
 }
 
+// The tasks [start, start + count) of a meta-batch of `tasks` that `rank`
+// of `size` computes: near-equal contiguous slices in rank order, so the
+// ranks' slices are the meta-batch and each task keeps its global index
+// (its noise, task_noise.hpp, is keyed by it).
+inline TaskRange rank_tasks(std::int64_t tasks, int rank, int size) {
+  check(size >= 1 && rank >= 0 && rank < size, "rank_tasks", "rank {} of {} ranks", rank, size);
+  check(tasks >= size, "rank_tasks",
+        "a meta-batch of {} task(s) cannot be cut over {} ranks: each rank needs one at least",
+        tasks, size);
+  return split_tasks(tasks, size)[static_cast<std::size_t>(rank)];
+}
+
 // `task_chunks` when a learner should cut its meta-batch into one chunk per
 // pool thread: the fastest cut on a many-core CPU for some objectives, but the
 // float sums then depend on the thread count.
