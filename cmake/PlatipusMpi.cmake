@@ -24,8 +24,14 @@ if(NOT PLATIPUS_WITH_MPI STREQUAL "OFF")
     target_link_libraries(platipus_mpi INTERFACE platipus::platipus MPI::MPI_CXX)
     target_compile_definitions(platipus_mpi INTERFACE PLATIPUS_WITH_MPI=1)
     # The tests' and examples' launcher: 2 ranks on this machine, however few
-    # its cores; Open MPI refuses to run as root (containers, CI) unless told.
-    set(PLATIPUS_MPIRUN_2 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe)
+    # its cores (Open MPI needs --oversubscribe for that; MPICH's mpiexec
+    # allows it and refuses the flag); Open MPI refuses to run as root
+    # (containers, CI) unless told.
+    set(PLATIPUS_MPIRUN_2 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2)
+    execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE launcher ERROR_VARIABLE launcher)
+    if(launcher MATCHES "Open MPI|OpenRTE")
+      list(APPEND PLATIPUS_MPIRUN_2 --oversubscribe)
+    endif()
     set(PLATIPUS_MPI_ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endif()
 endif()

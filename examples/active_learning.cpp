@@ -208,6 +208,7 @@ int main(int argc, char** argv) {
     if (app.count("--tasks") == 0) protocol.tasks = 20;
   }
   try {
+    world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     check(protocol.region_low < protocol.region_high && protocol.region_low >= -5 &&
               protocol.region_high <= 5,
           "active_learning", "the initial region [{}, {}] must be a non-empty part of [-5, 5]",

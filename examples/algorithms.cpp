@@ -50,11 +50,11 @@ struct Run {
                                          name + "/" + part, tensor->shape()));
     } else {
       // Every algorithm sees the same task stream: MAML's in sine_line.
-      learner.distribute(world_slot());
+      learner.distribute(shared_world());
       try {
         step_ms = 1000 * train_learner(*log, name, learner, sampler(), options, 1) /
                   static_cast<double>(options.steps);
-      } catch (const error& e) {  // a diverged algorithm is a result, not the end of the run
+      } catch (const divergence& e) {  // a diverged algorithm is a result, not the end of the run
         fmt::print(stderr, "{}\n", e.what());
         results[name] = {{"diverged", e.what()}};
         return;
@@ -184,6 +184,7 @@ int main(int argc, char** argv) {
   flags.apply_quick(app, options);
   const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = flags;
   try {
+    world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     options.threads = per_rank(options).threads;
     if (!eval_only) announce_ranks(options);
     const fs::path dir(out);

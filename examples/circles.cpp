@@ -141,6 +141,7 @@ int main(int argc, char** argv) {
   run.apply_quick(app, o);
   const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
   try {
+    world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     const fs::path dir(out);
     const auto learners =
         prepare(paper_network(), Options::loss(), Sampler({.support = 1, .query = o.query}), o,

@@ -167,30 +167,45 @@ inline void plot(const std::string& script, const fs::path& out) {
 }
 
 // The ranks this program meta-trains on: MPI's when an MPI launcher
-// (mpirun, mpiexec, srun) started it and CMake found MPI, with NCCL on CUDA
-// when each rank of a machine has a GPU of its own; null for one process.
-// Made at the first call (MPI_Init) and kept until the program exits
-// (MPI_Finalize).
-inline std::shared_ptr<platipus::Communicator>& world_slot() {
-  static std::shared_ptr<platipus::Communicator> world;
+// (mpirun, mpiexec, srun --mpi=pmix) started it and CMake found MPI, on CUDA
+// with NCCL when each rank has a GPU of its own; null for one process. Made
+// at the first call, which each program makes first (NCCL's ranks choose
+// their GPU before any other CUDA work), and kept until exit; the CUDA
+// runtime's exit handlers, registered while it was made, run after its
+// destructor (ncclCommDestroy, MPI_Finalize).
+inline const std::shared_ptr<platipus::Communicator>& shared_world() {
+  static const std::shared_ptr<platipus::Communicator> world = [] {
+    std::shared_ptr<platipus::Communicator> made;
+#ifdef PLATIPUS_WITH_MPI
+    if (platipus::launched_by_mpi()) {
+      auto mpi = std::make_shared<platipus::MpiCommunicator>();
+#if defined(PLATIPUS_WITH_NCCL) && defined(PLATIPUS_EXAMPLES_ON_CUDA)
+      made = platipus::device_communicator(std::move(mpi));
+#else
+      made = std::move(mpi);
+#endif
+    }
+#endif
+    // A plain srun (no --mpi=pmix or pmi2) sets none of the launcher's
+    // variables: its tasks would each train alone and write the same files.
+    const char* tasks = std::getenv("SLURM_NTASKS");
+    if (!made && tasks != nullptr && std::atoi(tasks) > 1)
+      fmt::print(stderr,
+                 "warning: Slurm started {} tasks without MPI (srun --mpi=pmix starts them as "
+                 "ranks{}); each trains alone\n",
+                 tasks,
+#ifdef PLATIPUS_WITH_MPI
+                 ""
+#else
+                 ", in a build with MPI"
+#endif
+      );
+    return made;
+  }();
   return world;
 }
 inline platipus::Communicator* world() {
-#ifdef PLATIPUS_WITH_MPI
-  static const bool made = [] {
-    if (!platipus::launched_by_mpi()) return false;
-    auto mpi = std::make_shared<platipus::MpiCommunicator>();
-    world_slot() = mpi;
-#if defined(PLATIPUS_WITH_NCCL) && defined(PLATIPUS_EXAMPLES_ON_CUDA)
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) == cudaSuccess && mpi->local_size() <= devices)
-      world_slot() = std::make_shared<platipus::NcclCommunicator>(mpi);
-#endif
-    return true;
-  }();
-  (void)made;
-#endif
-  return world_slot().get();
+  return shared_world().get();
 }
 // Whether this rank writes: files, progress and results are rank 0's alone.
 inline bool is_root() {
@@ -213,9 +228,12 @@ inline int report_failure(std::string_view program) {
   } catch (...) {
     fmt::print(stderr, "{}: an unknown exception\n", program);
   }
-  if (auto* ranks = world_slot().get(); ranks != nullptr && ranks->size() > 1) {
-    std::fflush(nullptr);
-    ranks->abort(1);
+  try {
+    if (auto* ranks = world(); ranks != nullptr && ranks->size() > 1) {
+      std::fflush(nullptr);
+      ranks->abort(1);
+    }
+  } catch (...) {  // MPI itself failed to start: there are no ranks to end
   }
   return 1;
 }
@@ -482,15 +500,14 @@ template <class Learner, class Sampler>
 double train_learner(platipus::io::MetricsLog& log, const std::string& name, Learner& learner,
                      const Sampler& sampler, const TrainingOptions& o, std::uint64_t stream) {
   platipus::Generator gen(o.seed, stream);
+  const platipus::TrainingLoop loop{.steps = o.steps, .meta_batch = o.meta_batch, .name = name};
   if (!is_root()) {
-    platipus::meta_train(learner, sampler, gen,
-                         {.steps = o.steps, .meta_batch = o.meta_batch, .name = name});
+    platipus::meta_train(learner, sampler, gen, loop);
     return 0;
   }
   Progress progress(name, o.steps);
   platipus::io::train_and_record(
-      learner, sampler, gen, {.steps = o.steps, .meta_batch = o.meta_batch, .name = name}, log, {},
-      [&](const platipus::TrainingRecord& r) {
+      learner, sampler, gen, loop, log, {}, [&](const platipus::TrainingRecord& r) {
         progress.update(r.step, fmt::format("query loss {:.3f}", r.query_loss));
       });
   return progress.seconds();
@@ -522,7 +539,7 @@ void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptio
   announce_ranks(o);
   learners.for_each([&](const std::string& name, auto& learner) {
     check_task_memory(name, learner, sampler, o);
-    learner.distribute(world_slot());
+    learner.distribute(shared_world());
     train_learner(log, name, learner, sampler, o, stream.at(name));
   });
 }
@@ -591,9 +608,12 @@ void check_task_memory(const std::string& name, const Learner& learner, const Sa
   platipus::Generator gen(o.seed, 99);
   learner.meta_gradient(sampler.sample(1, gen), gen);
   const std::uint64_t peak = status_bytes("VmHWM:"), task = peak - std::min(before, peak);
-  // Ranks on this machine share its memory.
+  // Distributed, a rank runs tasks of its slice (rank 0's is the largest),
+  // and the ranks on this machine share its memory.
+  const long slice =
+      world() ? platipus::rank_tasks(o.meta_batch, 0, world()->size()).count : o.meta_batch;
   const auto threads = static_cast<std::uint64_t>(
-      std::min<long>(o.meta_batch, o.threads > 0 ? o.threads : ExampleBackend::default_threads()) *
+      std::min<long>(slice, o.threads > 0 ? o.threads : ExampleBackend::default_threads()) *
       (world() ? world()->local_size() : 1));
   const std::uint64_t fit = task > 0 ? available / task : threads;
   platipus::check(available == 0 || task * threads <= available, "memory",

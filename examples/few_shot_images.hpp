@@ -242,6 +242,7 @@ inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, ch
     return missing_data;
   }
   try {
+    world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     const fs::path dir(out);
     const auto cache = cache_options(o);
     const auto sampler = [&](const std::string& split, long queries) {

@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
   run.apply_quick(app, options);
   const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
   try {
+    world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     const fs::path dir(out);
     const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);
     if (!is_root()) return 0;  // the other ranks of a distributed run only train

@@ -785,6 +785,9 @@ TEST_CASE(
       Contains("my run") && Contains("meta-training diverged at step"));
   INFO("last step recorded before the divergence: " << recorded);
   CHECK(recorded < 50);
+  // Its own type, so that a driver of many runs can record it and go on;
+  // the learner's meta-parameters are NaN now, and the first step says so.
+  CHECK_THROWS_AS(meta_train(maml, sampler, gen, {.steps = 5, .name = "again"}), divergence);
   CHECK_THROWS_WITH(meta_train(maml, sampler, gen, {.meta_batch = 0}), Contains("meta_batch"));
   CHECK_THROWS_WITH(meta_train(maml, sampler, gen, {.steps = -1}), Contains("steps"));
 }

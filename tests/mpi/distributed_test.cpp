@@ -149,8 +149,6 @@ void fail_on_one_rank(const std::shared_ptr<Communicator>& world) {
   }
 }
 
-}  // namespace
-
 // The ranks as the backend reduces over them.
 std::shared_ptr<Communicator> world_of(std::shared_ptr<MpiCommunicator> mpi) {
 #ifdef PLATIPUS_DISTRIBUTED_ON_CUDA
@@ -159,15 +157,15 @@ std::shared_ptr<Communicator> world_of(std::shared_ptr<MpiCommunicator> mpi) {
     std::printf("rank %d: no CUDA device: skipping\n", mpi->rank());
     std::exit(77);
   }
-  if (mpi->local_size() <= devices) {
-    std::printf("rank %d: NCCL\n", mpi->rank());
-    return std::make_shared<NcclCommunicator>(mpi);
-  }
-  std::printf("rank %d: MPI through host memory (%d ranks share %d device)\n", mpi->rank(),
-              mpi->local_size(), devices);
-#endif
+  auto world = device_communicator(std::move(mpi));
+  std::printf("rank %d: %s\n", world->rank(), std::string(world->name()).c_str());
+  return world;
+#else
   return mpi;
+#endif
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";

@@ -19,6 +19,13 @@ class error : public std::runtime_error {
   explicit error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Meta-training whose loss became NaN or infinite: an error that a driver
+// comparing many runs may record as a result and go on (examples/algorithms).
+class divergence : public error {
+ public:
+  using error::error;
+};
+
 // Throws platipus::error with "<op>: <formatted message>".
 template <class... Args>
 [[noreturn]] void fail(std::string_view op, fmt::format_string<Args...> format, Args&&... args) {

@@ -75,10 +75,11 @@ void through_flat_buffer(Communicator& comm, std::span<Tensor<T, B>* const> tens
       if (t->numel() > 0) B::copy_from_host(t->data(), flat.data() + at, t->bytes());
       at += t->numel();
     }
+  } else if constexpr (std::is_same_v<B, cpu>) {
+    fail("Communicator",
+         "{} reduces device memory, and the {} backend's tensors are in host memory", comm.name(),
+         B::name);
   } else {
-    check(!std::is_same_v<B, cpu>, "Communicator",
-          "{} reduces device memory, and the {} backend's tensors are in host memory", comm.name(),
-          B::name);
     Tensor<T, B> flat(Shape{total});
     std::int64_t at = 0;
     for (const auto* t : tensors) {

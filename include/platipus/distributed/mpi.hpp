@@ -48,24 +48,29 @@ class MpiCommunicator final : public Communicator {
   // MPI_COMM_WORLD's ranks (a duplicate, so the library's messages never
   // meet the program's own).
   MpiCommunicator() {
-    int initialized = 0;
+    int initialized = 0, provided = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
-      int provided = 0;
       detail::check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
                         "MPI_Init_thread");
       owns_mpi_ = true;
+    } else {
+      MPI_Query_thread(&provided);
     }
-    // Errors come back as codes (and become platipus::error) rather than
-    // aborting inside MPI with its own message.
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    // The pool's threads never call MPI, but they exist: "funneled" at least.
+    check(provided >= MPI_THREAD_FUNNELED, "MPI",
+          "the MPI library offers thread level {}, below MPI_THREAD_FUNNELED", provided);
     detail::check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    // Errors on our communicator come back as codes (and become
+    // platipus::error) rather than aborting inside MPI with its own message.
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm local;
     detail::check_mpi(
         MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
         "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
   }
@@ -82,6 +87,8 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_size() const override { return local_size_; }
+  // This rank's index among the ranks of its machine.
+  int local_rank() const { return local_rank_; }
   std::string_view name() const override { return "MPI"; }
   CommunicatorMemory memory() const override { return CommunicatorMemory::host; }
   // The MPI communicator, for a program's own collectives (and NCCL's bootstrap).
@@ -119,7 +126,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1, local_size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool owns_mpi_ = false;
 };
 

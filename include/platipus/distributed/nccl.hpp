@@ -7,7 +7,7 @@
 // finds nccl.h and libnccl beside CUDA and MPI; PLATIPUS_WITH_NCCL).
 //
 //   auto mpi = std::make_shared<platipus::MpiCommunicator>();
-//   auto world = std::make_shared<platipus::NcclCommunicator>(mpi);  // device local rank
+//   auto world = platipus::device_communicator(mpi);  // NCCL, or MPI when ranks share a GPU
 //   learner.distribute(world);
 #pragma once
 
@@ -31,19 +31,15 @@ inline void check_nccl(ncclResult_t status, std::string_view call) {
 class NcclCommunicator final : public Communicator {
  public:
   // The ranks of `mpi`, each on CUDA device (its rank among the ranks of its
-  // machine) modulo the machine's device count, which it makes current.
+  // machine) modulo the machine's device count, which it makes current for
+  // the calling thread: make it before any other CUDA work, and keep
+  // platipus::cuda's one thread (threads = 1, its default), as a pool's
+  // other threads would compute on device 0.
   explicit NcclCommunicator(std::shared_ptr<MpiCommunicator> mpi) : mpi_(std::move(mpi)) {
-    MPI_Comm local;
-    detail::check_mpi(MPI_Comm_split_type(mpi_->handle(), MPI_COMM_TYPE_SHARED, mpi_->rank(),
-                                          MPI_INFO_NULL, &local),
-                      "MPI_Comm_split_type");
-    int local_rank = 0;
-    MPI_Comm_rank(local, &local_rank);
-    MPI_Comm_free(&local);
     int devices = 0;
     detail::check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
     check(devices > 0, "NCCL", "rank {} sees no CUDA device", mpi_->rank());
-    detail::check_cuda(cudaSetDevice(local_rank % devices), "cudaSetDevice");
+    detail::check_cuda(cudaSetDevice(mpi_->local_rank() % devices), "cudaSetDevice");
     ncclUniqueId id;
     if (mpi_->rank() == 0) detail::check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     mpi_->broadcast_bytes(&id, static_cast<int>(sizeof id), 0);
@@ -85,5 +81,19 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<MpiCommunicator> mpi_;
   ncclComm_t comm_ = nullptr;
 };
+
+// The communicator of meta-learners on platipus::cuda over `mpi`'s ranks:
+// NCCL when every rank of every machine has a GPU of its own, else `mpi`
+// itself, which reduces through host memory (NCCL refuses two ranks on one
+// GPU). All ranks agree on the choice. Call it before any other CUDA work.
+inline std::shared_ptr<Communicator> device_communicator(std::shared_ptr<MpiCommunicator> mpi) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  int own_gpu = mpi->local_size() <= devices ? 1 : 0;
+  detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &own_gpu, 1, MPI_INT, MPI_MIN, mpi->handle()),
+                    "MPI_Allreduce");
+  if (own_gpu == 1) return std::make_shared<NcclCommunicator>(std::move(mpi));
+  return mpi;
+}
 
 }  // namespace platipus

@@ -168,10 +168,15 @@ class MetaLearner : public O::Names {
   // the same batch, by samplers drawing from the same seed) and sums the
   // ranks' meta-gradients and statistics before the optimiser's step, so all
   // ranks take the same step and N ranks compute one process's meta-gradient
-  // up to the order of float sums. Starts by giving every rank rank 0's
-  // meta-parameters (call it after loading a checkpoint, or on every rank
-  // after loading it there). Null: one process again.
+  // up to the order of float sums. It starts by giving every rank rank 0's
+  // meta-parameters, so a checkpoint may be loaded on rank 0 alone or on
+  // every rank; the optimiser's moments are not sent, so it must come
+  // before the first meta-step. Null: one process again.
   void distribute(std::shared_ptr<Communicator> communicator) {
+    check(steps() == 0, fmt::format("{}::distribute", O::name),
+          "call it before the first meta-step (the optimiser has taken {}, and its moments "
+          "differ by rank)",
+          steps());
     if (communicator) {
       std::array<Tensor<T, B>*, O::part_count> parts;
       for (std::size_t i = 0; i < parts.size(); ++i) parts[i] = &parts_[i];
@@ -225,9 +230,9 @@ class MetaLearner : public O::Names {
 
   // Why a recorded meta-step could not be replayed as it is; empty when it can.
   std::string replay_obstacle() const {
-    if (communicator_ && communicator_->memory() == CommunicatorMemory::host)
-      return fmt::format("distributed over {}: the meta-gradient is reduced through host memory",
-                         communicator_->name());
+    if (communicator_)
+      return fmt::format("distributed over {} ranks ({}): a graph does not record the all-reduce",
+                         communicator_->size(), communicator_->name());
     if (auto obstacle = recording_obstacle<B>(*pool_, settings().task_chunks); !obstacle.empty())
       return obstacle;
     return objective_.replay_obstacle(steps_reader());

@@ -57,10 +57,11 @@ void meta_train(Learner& learner, const Sampler& sampler, Generator& gen, const 
   for (std::int64_t step = 1; step <= loop.steps; ++step) {
     const MetaStepResult result =
         learner.meta_train_step(sampler.sample(loop.meta_batch, gen), gen);
-    check(std::isfinite(result.query_loss) && std::isfinite(result.kl), loop.name,
-          "meta-training diverged at step {} (query loss {}, KL {}); try a smaller meta or inner "
-          "learning rate",
-          step, result.query_loss, result.kl);
+    if (!std::isfinite(result.query_loss) || !std::isfinite(result.kl))
+      throw divergence(fmt::format(
+          "{}: meta-training diverged at step {} (query loss {}, KL {}); try a smaller meta or "
+          "inner learning rate",
+          loop.name, step, result.query_loss, result.kl));
     recent += result.query_loss / static_cast<double>(every);
     ++since;
     if (step % every == 0 || step == loop.steps) {
