@@ -2,7 +2,7 @@
 # and runs the consumer against it, and again through add_subdirectory.
 # Inputs: -DBUILD_DIR (platipus's build tree), -DSOURCE_DIR (platipus's
 # sources), -DWORK_DIR (scratch), -DIMAGES (whether platipus::images was built),
-# -DMPI (whether platipus::mpi was).
+# -DMPI (whether platipus::mpi was), -DMPIRUN (its launcher of 2 ranks, "|" between words).
 file(REMOVE_RECURSE ${WORK_DIR})
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -22,6 +22,8 @@ if(IMAGES)  # platipus::images was built: its consumer must be too
 endif()
 if(MPI)
   run(${WORK_DIR}/installed/mpi_consumer)
+  string(REPLACE "|" ";" mpirun "${MPIRUN}")
+  run(${mpirun} ${WORK_DIR}/installed/mpi_consumer)
 endif()
 
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/package -B ${WORK_DIR}/subdirectory -DPLATIPUS_SOURCE_DIR=${SOURCE_DIR}
