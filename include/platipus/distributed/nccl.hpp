@@ -15,7 +15,10 @@
 #include <nccl.h>
 
 #include <memory>
+#include <set>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "platipus/backend/cuda/status.hpp"
 #include "platipus/distributed/mpi.hpp"
@@ -83,16 +86,34 @@ class NcclCommunicator final : public Communicator {
 };
 
 // The communicator of meta-learners on platipus::cuda over `mpi`'s ranks:
-// NCCL when every rank of every machine has a GPU of its own, else `mpi`
-// itself, which reduces through host memory (NCCL refuses two ranks on one
-// GPU). All ranks agree on the choice. Call it before any other CUDA work.
+// NCCL when every rank has a GPU of its own, else `mpi` itself, which
+// reduces through host memory (NCCL refuses two ranks on one GPU). Each rank
+// takes the GPU NcclCommunicator would (its local rank modulo the devices it
+// sees) and the ranks compare the GPUs' UUIDs, so a scheduler that shows
+// each rank one distinct GPU (srun --gpus-per-task=1) gets NCCL too; every
+// rank sees the same UUIDs, so all agree. Call it before any other CUDA work.
 inline std::shared_ptr<Communicator> device_communicator(std::shared_ptr<MpiCommunicator> mpi) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-  int own_gpu = mpi->local_size() <= devices ? 1 : 0;
-  detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &own_gpu, 1, MPI_INT, MPI_MIN, mpi->handle()),
-                    "MPI_Allreduce");
-  if (own_gpu == 1) return std::make_shared<NcclCommunicator>(std::move(mpi));
+  cudaUUID_t mine{};  // all zero: no device, never distinct
+  if (devices > 0) {
+    cudaDeviceProp properties{};
+    detail::check_cuda(cudaGetDeviceProperties(&properties, mpi->local_rank() % devices),
+                       "cudaGetDeviceProperties");
+    mine = properties.uuid;
+  }
+  std::vector<cudaUUID_t> all(static_cast<std::size_t>(mpi->size()));
+  detail::check_mpi(
+      MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, mpi->handle()),
+      "MPI_Allgather");
+  const auto key = [](const cudaUUID_t& u) {
+    return std::string(u.bytes, sizeof u.bytes);
+  };
+  std::set<std::string> distinct;
+  for (const auto& u : all) distinct.insert(key(u));
+  // From the gathered UUIDs alone, so that every rank decides alike.
+  const bool own_gpus = distinct.size() == all.size() && !distinct.contains(key(cudaUUID_t{}));
+  if (own_gpus) return std::make_shared<NcclCommunicator>(std::move(mpi));
   return mpi;
 }
 
