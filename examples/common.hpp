@@ -493,9 +493,9 @@ nlohmann::json load_learners(const fs::path& path, Learners<Loss>& learners) {
 
 // Meta-trains one learner on fresh tasks from `sampler` drawn from the
 // generator stream (o.seed, stream), with a progress display, appending a row
-// to `log` at every record. Returns the seconds it took.
-// Distributed, every rank draws the same batches and computes its slice of
-// each; rank 0 alone shows progress and writes.
+// to `log` at every record. Returns the seconds it took. Distributed, every
+// rank draws the same batches and computes its slice of each; rank 0 alone
+// shows progress and writes.
 template <class Learner, class Sampler>
 double train_learner(platipus::io::MetricsLog& log, const std::string& name, Learner& learner,
                      const Sampler& sampler, const TrainingOptions& o, std::uint64_t stream) {

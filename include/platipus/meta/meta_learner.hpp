@@ -184,8 +184,6 @@ class MetaLearner : public O::Names {
     }
     communicator_ = std::move(communicator);
   }
-  // The ranks a meta-step is spread over; null for one process.
-  const Communicator* communicator() const { return communicator_.get(); }
 
   // One meta-update of the parts on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
