@@ -1688,6 +1688,91 @@ TEST_CASE("the scores refuse input that makes no sense, naming it", "[components
                     Contains("probability 1.5"));
 }
 
+TEST_CASE(
+    "score_ambiguity: assignment by likelihood, coverage, accuracy and the mixture's NLL, "
+    "by hand",
+    "[components][uncertainty]") {
+  // Two candidates of two binary points each, labels (1, 1) and (0, 1); two
+  // samples. Sample 0 favours class 1 everywhere (fits candidate 0), sample
+  // 1 class 0 at each candidate's first point (fits candidate 1).
+  const std::vector<double> labels{1, 1, 0, 1};
+  const std::vector<double> p{
+      0.2, 0.8, 0.3, 0.7, 0.2, 0.8, 0.3, 0.7,   // sample 0: candidate 0, candidate 1
+      0.6, 0.4, 0.4, 0.6, 0.9, 0.1, 0.4, 0.6};  // sample 1
+  const auto s = score_ambiguity(p, labels, 2, 2, 2);
+  // Sample 0: log 0.8 + log 0.7 on candidate 0 > log 0.2 + log 0.7 on 1.
+  // Sample 1: log 0.4 + log 0.6 on 0 < log 0.9 + log 0.6 on 1.
+  CHECK(s.coverage == 2);
+  // Sample 0 is right on both points of candidate 0, sample 1 on both of candidate 1.
+  CHECK(s.accuracy == Approx(1.0));
+  const double nll = -(std::log(0.6) + std::log(0.65) + std::log(0.55) + std::log(0.65)) / 4;
+  CHECK(s.nll == Approx(nll));
+  // Samples that agree cover one candidate, whatever they are.
+  const std::vector<double> same{0.2, 0.8, 0.3, 0.7, 0.2, 0.8, 0.3, 0.7,
+                                 0.2, 0.8, 0.3, 0.7, 0.2, 0.8, 0.3, 0.7};
+  const auto agreeing = score_ambiguity(same, labels, 2, 2, 2);
+  CHECK(agreeing.coverage == 1);
+  // Equal likelihoods go to the first candidate, where sample 0 is right on both points.
+  CHECK(agreeing.accuracy == Approx(1.0));
+  CHECK_THROWS_WITH(score_ambiguity(p, labels, 3, 2, 2), Contains("16 probabilities for 3"));
+  CHECK_THROWS_WITH(score_ambiguity(p, std::vector<double>{1, 2, 0, 1}, 2, 2, 2),
+                    Contains("not a class in [0, 2)"));
+}
+
+TEST_CASE(
+    "evaluate_ambiguity: MAML's copies of one solution cover one candidate, scored as "
+    "its own predictions are",
+    "[components][uncertainty]") {
+  Generator init(31), gen(32);
+  const Maml<nn::Sequential, SoftmaxCrossEntropyLoss, double> maml(
+      nn::mlp({.inputs = 2, .hidden = {6}, .outputs = 2}), SoftmaxCrossEntropyLoss{},
+      {.inner_loop = {.steps = 2, .learning_rate = 0.5}, .threads = 1}, init);
+  AmbiguousTasks<double> tasks;
+  const auto points = [&](std::int64_t n) {
+    return raw::normal<double>({3, n, 2}, gen);
+  };
+  const auto labels = [&](std::int64_t n) {
+    std::vector<double> y;
+    for (std::int64_t i = 0; i < 3 * n; ++i) y.push_back(static_cast<double>(gen.index(2)));
+    return Tensor<double>::from_host({3, n, 1}, y);
+  };
+  tasks.support_x = points(4);
+  tasks.support_y = labels(4);
+  for (int c = 0; c < 3; ++c) {
+    tasks.candidate_x.push_back(points(5));
+    tasks.candidate_y.push_back(labels(5));
+  }
+  const auto scores = evaluate_ambiguity(maml, tasks, {.assignment = 4, .likelihood = 6}, gen);
+  REQUIRE(scores.size() == 3);
+  // By hand from MAML's one adapted model per task.
+  const auto adapted = maml.adapt_to(tasks.support_x, tasks.support_y, gen);
+  for (std::int64_t t = 0; t < 3; ++t) {
+    double best = -INFINITY, accuracy = 0, nll = 0;
+    for (int c = 0; c < 3; ++c) {
+      const auto logits = maml.predict(adapted, tasks.candidate_x[c]).to_vector();
+      const auto y = tasks.candidate_y[c].to_vector();
+      double log_likelihood = 0, correct = 0;
+      for (std::int64_t n = 0; n < 5; ++n) {
+        const auto i = static_cast<std::size_t>(t * 5 + n);
+        const double l0 = logits[2 * i], l1 = logits[2 * i + 1];
+        const double p1 = 1 / (1 + std::exp(l0 - l1));
+        const double p = y[i] == 1 ? p1 : 1 - p1;
+        log_likelihood += std::log(p);
+        nll -= std::log(p) / 15;
+        correct += (l1 > l0) == (y[i] == 1);
+      }
+      if (log_likelihood > best) best = log_likelihood, accuracy = correct / 5;
+    }
+    const auto& s = scores[static_cast<std::size_t>(t)];
+    CHECK(s.coverage == 1);
+    CHECK(s.accuracy == Approx(accuracy));
+    CHECK(s.nll == Approx(nll).epsilon(1e-9));
+  }
+  tasks.candidate_x.pop_back();
+  CHECK_THROWS_WITH(evaluate_ambiguity(maml, tasks, {}, gen),
+                    Contains("2 candidate inputs and 3 candidate label sets"));
+}
+
 // ------------------------------------------------------------ task noise
 
 TEST_CASE("TaskNoise gives each task the same numbers however the batch is cut",

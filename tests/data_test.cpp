@@ -1,15 +1,18 @@
 // The image data sets: decoding, resizing, the cache, the Omniglot,
-// MiniImagenet and Fashion-MNIST readers on fixtures written here in their
-// real layouts, and the N-way K-shot sampler.
+// MiniImagenet, CelebA and Fashion-MNIST readers on fixtures written here in
+// their real layouts, the N-way K-shot sampler and the CelebA attribute
+// tasks.
 #include "catch.hpp"
 
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include <zlib.h>
 
 #include "image_files.hpp"
+#include "platipus/data/celeba.hpp"
 #include "platipus/data/fashion_mnist.hpp"
 #include "platipus/data/miniimagenet.hpp"
 #include "platipus/data/omniglot.hpp"
@@ -125,6 +128,20 @@ TEST_CASE("resize_image keeps a flat image flat and a left-bright image left-bri
   }
   CHECK(resize_image(halves, 8, 8).pixels == halves.pixels);
   CHECK_THROWS_WITH(resize_image(halves, 0, 3), Catch::Contains("must be positive"));
+}
+
+TEST_CASE("crop_centre keeps the centred square of a fraction of the shorter side", "[data]") {
+  Image tall{2, 6, 4, {}};  // 2 channels, 6 rows, 4 columns, pixel = 100 c + 10 r + col
+  for (int c = 0; c < 2; ++c)
+    for (int r = 0; r < 6; ++r)
+      for (int col = 0; col < 4; ++col)
+        tall.pixels.push_back(static_cast<std::uint8_t>(100 * c + 10 * r + col));
+  // Side round(0.5 x 4) = 2, from row (6 - 2) / 2 = 2 and column (4 - 2) / 2 = 1.
+  const auto square = crop_centre(tall, 0.5);
+  CHECK((square.channels == 2 && square.height == 2 && square.width == 2));
+  CHECK(square.pixels == std::vector<std::uint8_t>{21, 22, 31, 32, 121, 122, 131, 132});
+  CHECK(crop_centre(tall, 1).pixels == tall.pixels);
+  CHECK_THROWS_WITH(crop_centre(tall, 0), Catch::Contains("fraction must lie in (0, 1]"));
 }
 
 TEST_CASE("for_each_line numbers lines, drops CRLF endings and skips blank lines", "[data]") {
@@ -388,4 +405,199 @@ TEST_CASE("FewShotSampler turns a class's images by quarter turns and inverts on
   CHECK(first_image(2, false) == std::vector<double>{4, 3, 2, 1});
   CHECK(first_image(3, false) == std::vector<double>{3, 1, 4, 2});
   CHECK(first_image(0, true) == std::vector<double>{254, 253, 252, 251});
+}
+
+namespace {
+
+// The 40 attribute names: Appendix A's train, val and test attributes.
+std::vector<std::string> celeba_names() {
+  std::vector<std::string> names;
+  for (const char* split : {"train", "val", "test"})
+    for (const auto name : celeba_split_attributes(split)) names.emplace_back(name);
+  return names;
+}
+
+// A CelebA fixture of `count` 12 x 10 images with random attributes (each
+// set with probability 1/2, from seed 5), all in the official train
+// partition unless `official`, then split 0 / 1 / 2 by i % 3.
+fs::path write_celeba_fixture(const TemporaryDirectory& data, int count, bool official = false) {
+  std::vector<std::vector<bool>> has(static_cast<std::size_t>(count));
+  Generator gen(5);
+  for (auto& row : has)
+    for (int a = 0; a < 40; ++a) row.push_back(gen.index(2) == 1);
+  write_celeba(
+      data.path(), count, 12, 10, celeba_names(),
+      [&](int i, std::size_t a) { return has[static_cast<std::size_t>(i)][a]; },
+      [&](int i) { return official ? i % 3 : 0; });
+  return data.path();
+}
+
+}  // namespace
+
+TEST_CASE("CelebA: the attribute file's count line, names and CRLF rows, and the splits",
+          "[data]") {
+  TemporaryDirectory data;
+  write_text(data / "list_attr_celeba.txt",
+             "3\r\nSmiling  Young\r\n000001.jpg  1 -1\r\n000002.jpg -1  1\r\n000003.jpg  1  1\r\n");
+  const auto a = read_celeba_attributes(data / "list_attr_celeba.txt");
+  CHECK(a.names == std::vector<std::string>{"Smiling", "Young"});
+  CHECK(a.images == std::vector<std::string>{"000001.jpg", "000002.jpg", "000003.jpg"});
+  CHECK((a.has(0, 0) && !a.has(0, 1) && !a.has(1, 0) && a.has(1, 1) && a.has(2, 0)));
+  CHECK(a.index_of("Young") == 1);
+  write_text(data / "list_eval_partition.txt", "000002.jpg 1\r\n000001.jpg 0\r\n000003.jpg 2\r\n");
+  const auto partition = read_celeba_partition(data / "list_eval_partition.txt", a);
+  CHECK(partition == std::vector<int>{0, 1, 2});
+  // All three partitions present: the official split.
+  CHECK(celeba_split_images(partition, "val") == std::vector<std::int64_t>{1});
+  // A subset in one partition: 80% / 10% / 10% by index.
+  const std::vector<int> subset(20, 0);
+  CHECK(celeba_split_images(subset, "train").size() == 16);
+  CHECK(celeba_split_images(subset, "val") == std::vector<std::int64_t>{16, 17});
+  CHECK(celeba_split_images(subset, "test") == std::vector<std::int64_t>{18, 19});
+  // Appendix A's attribute split: 25 / 5 / 10, the 40 names once each.
+  const auto names = celeba_names();
+  CHECK(names.size() == 40);
+  CHECK(std::set<std::string>(names.begin(), names.end()).size() == 40);
+  CHECK(celeba_split_attributes("val").size() == 5);
+}
+
+TEST_CASE("CelebA names the file, line or attribute of bad input", "[data]") {
+  TemporaryDirectory data;
+  const auto attributes = data / "list_attr_celeba.txt";
+  const auto refuses = [&](const std::string& text, const std::string& message) {
+    write_text(attributes, text);
+    CHECK_THROWS_WITH(read_celeba_attributes(attributes), Catch::Contains(message));
+  };
+  refuses("2\r\nSmiling Young\r\n1.jpg 1 -1\r\n2.jpg 1\r\n", "list_attr_celeba.txt:4: 1 values");
+  refuses("2\r\nSmiling Young\r\n1.jpg 1 -1\r\n2.jpg 1 0\r\n",
+          "list_attr_celeba.txt:4: attribute Young is \"0\"");
+  refuses("3\r\nSmiling Young\r\n1.jpg 1 -1\r\n2.jpg 1 1\r\n",
+          "lists 2 images, its first line says 3");
+  refuses("two\r\nSmiling\r\n", "list_attr_celeba.txt:1: expected the image count");
+  write_text(attributes, "1\r\nSmiling\r\n1.jpg 1\r\n");
+  const auto a = read_celeba_attributes(attributes);
+  CHECK_THROWS_WITH(a.index_of("Wearing_Hat"), Catch::Contains("has no attribute Wearing_Hat"));
+  write_text(data / "list_eval_partition.txt", "2.jpg 0\r\n");
+  CHECK_THROWS_WITH(read_celeba_partition(data / "list_eval_partition.txt", a),
+                    Catch::Contains("does not list 1.jpg"));
+  write_text(data / "list_eval_partition.txt", "1.jpg 3\r\n");
+  CHECK_THROWS_WITH(read_celeba_partition(data / "list_eval_partition.txt", a),
+                    Catch::Contains("list_eval_partition.txt:1: expected"));
+  // The layout with an image missing, and with too few images for a task.
+  TemporaryDirectory celeba, cache;
+  write_celeba_fixture(celeba, 40);
+  fs::remove(celeba / "img_align_celeba" / "000002.jpg");
+  CHECK_THROWS_WITH(load_celeba(celeba.path(), "train", {.directory = cache.path()}, nullptr, 8),
+                    Catch::Contains("000002.jpg is missing"));
+  TemporaryDirectory small;
+  write_celeba_fixture(small, 30);
+  const auto val = load_celeba(small.path(), "val", {.directory = cache.path()}, nullptr, 8);
+  CHECK_THROWS_WITH(CelebaTaskSampler<double>(val, {.shots = 5, .queries = 5}),
+                    Catch::Contains("no pair of the val attributes"));
+  CHECK_THROWS_WITH(CelebaTaskSampler<double>(val, {.shots = 0, .queries = 5}),
+                    Catch::Contains("shots and queries must be positive (got 0, 5)"));
+  CHECK_THROWS_WITH(AmbiguousCelebaSampler<double>(val, {.shots = 5, .queries = 5}),
+                    Catch::Contains("no three of the val attributes"));
+}
+
+TEST_CASE(
+    "CelebA tasks: classes of a setting and its converse, ambiguous sets that every "
+    "candidate explains",
+    "[data]") {
+  TemporaryDirectory data, cache;
+  write_celeba_fixture(data, 300, true);
+  CacheReport report;
+  const auto test = load_celeba(data.path(), "test", {.directory = cache.path()}, &report, 8);
+  // The official partition: every third image, cropped to 9 x 9, resized to 8 x 8.
+  CHECK(test.images->images() == 100);
+  CHECK((test.images->channels == 3 && test.images->height == 8 && test.images->width == 8));
+  CHECK(std::abs(test.images->image(1)[0] - 40) <= 3);  // fixture image 5: red 40, green 10
+  CHECK(std::abs(test.images->image(1)[64] - 10) <= 3);
+  CHECK(report.file.filename() == "celeba-test-crop0.944-3x8x8.images");
+  CHECK(test.attribute_names.size() == 10);
+
+  // Pairs under the converse rule: two settings per pair, each checked image by image.
+  const auto pairs = attribute_tasks(test, 2, CelebaTaskRule::converse, 1);
+  CHECK(pairs.size() == 90);
+  for (const auto& task : pairs) {
+    CHECK(task.values[0]);
+    for (const auto i : task.positives)
+      for (std::size_t k = 0; k < 2; ++k) CHECK(test.has(i, task.attributes[k]) == task.values[k]);
+    for (const auto i : task.negatives)
+      for (std::size_t k = 0; k < 2; ++k) CHECK(test.has(i, task.attributes[k]) != task.values[k]);
+  }
+  CHECK(attribute_tasks(test, 2, CelebaTaskRule::both_or_neither, 1).size() == 45);
+
+  // Training batches: 2 shots and 3 queries per class, labels 0 then 1.
+  CelebaTaskSampler<double> tasks(test, {.shots = 2, .queries = 3});
+  Generator gen(1);
+  const auto batch = tasks.sample(4, gen);
+  batch.validate("test");
+  CHECK(batch.support_x.shape() == Shape{4, 4, 3, 8, 8});
+  CHECK(batch.query_y.to_vector() == std::vector<double>{0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1,
+                                                         0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1});
+
+  // Ambiguous sets: each support image fits all three candidates, and no
+  // query image is a support image.
+  AmbiguousCelebaSampler<double> ambiguous(test, {.shots = 2, .queries = 2});
+  CHECK(ambiguous.task_count() > 0);
+  const auto sets = ambiguous.sample(20, gen);
+  sets.validate("test");
+  CHECK(sets.candidates() == 3);
+  CHECK(sets.support_y.to_vector().size() == 80);
+  // Image p of task t of x, as the fixture's image index (its colour).
+  const auto fixture_index = [](const Tensor<double>& x, std::int64_t t, std::int64_t p) {
+    const auto v = x.to_vector();
+    const auto at = static_cast<std::size_t>((t * x.dim(1) + p) * 192);
+    return std::lround(v[at] * 255 / 8) + 32 * std::lround((v[at + 64] * 255 - 10) / 20);
+  };
+  // "A, not B" -> {(index of A, true), (index of B, false)}.
+  const auto setting = [&](const std::string& name) {
+    std::vector<std::pair<std::int64_t, bool>> out;
+    std::stringstream in(name);
+    for (std::string part; std::getline(in, part, ',');) {
+      part.erase(0, part.find_first_not_of(' '));
+      const bool negated = part.rfind("not ", 0) == 0;
+      const auto attribute = negated ? part.substr(4) : part;
+      const auto it = std::ranges::find(test.attribute_names, attribute);
+      REQUIRE(it != test.attribute_names.end());
+      out.emplace_back(it - test.attribute_names.begin(), !negated);
+    }
+    return out;
+  };
+  // Row r of the test split is fixture image 3 r + 2; label 1 has the
+  // setting, label 0 its converse.
+  const auto fits = [&](std::int64_t image, const std::vector<std::pair<std::int64_t, bool>>& s,
+                        double label) {
+    REQUIRE((image - 2) % 3 == 0);
+    const std::int64_t row = (image - 2) / 3;
+    for (const auto& [attribute, value] : s)
+      if (test.has(row, attribute) != (label == 1 ? value : !value)) return false;
+    return true;
+  };
+  const auto support_y = sets.support_y.to_vector();
+  for (std::int64_t t = 0; t < sets.tasks(); ++t) {
+    const auto three = setting(sets.names[static_cast<std::size_t>(t)]);
+    REQUIRE(three.size() == 3);
+    REQUIRE(sets.candidate_names[static_cast<std::size_t>(t)].size() == 3);
+    std::set<long> support;
+    for (std::int64_t p = 0; p < 4; ++p) {
+      const auto image = fixture_index(sets.support_x, t, p);
+      const double label = support_y[static_cast<std::size_t>(t * 4 + p)];
+      support.insert(image);
+      CHECK(fits(image, three, label));
+      for (const auto& candidate : sets.candidate_names[static_cast<std::size_t>(t)])
+        CHECK(fits(image, setting(candidate), label));
+    }
+    for (std::size_t c = 0; c < 3; ++c) {
+      const auto two = setting(sets.candidate_names[static_cast<std::size_t>(t)][c]);
+      CHECK(two.size() == 2);
+      const auto y = sets.candidate_y[c].to_vector();
+      for (std::int64_t p = 0; p < 4; ++p) {
+        const auto image = fixture_index(sets.candidate_x[c], t, p);
+        CHECK(fits(image, two, y[static_cast<std::size_t>(t * 4 + p)]));
+        CHECK(!support.contains(image));
+      }
+    }
+  }
 }

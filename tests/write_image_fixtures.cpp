@@ -5,6 +5,9 @@
 //                     20 PNGs of 32 x 32 per character)
 //   DIR/miniimagenet  images/, train.csv, val.csv, test.csv (6, 5 and 5
 //                     classes of 20 JPEGs of 84 x 84)
+//   DIR/celeba        img_align_celeba/, list_attr_celeba.txt,
+//                     list_eval_partition.txt (400 flat JPEGs of 24 x 20,
+//                     random attributes, all in the official train partition)
 // Each class draws its own bars, so that a learner can tell classes apart.
 #include <cstdio>
 #include <exception>
@@ -13,6 +16,7 @@
 
 #include "image_files.hpp"
 #include "platipus/core/philox.hpp"
+#include "platipus/data/celeba.hpp"
 
 namespace fs = std::filesystem;
 using namespace image_files;
@@ -65,6 +69,19 @@ void write_miniimagenet(const fs::path& root, platipus::Generator& gen) {
   }
 }
 
+void write_celeba_fixture(const fs::path& root, platipus::Generator& gen) {
+  std::vector<std::string> names;
+  for (const char* split : {"train", "val", "test"})
+    for (const auto name : platipus::data::celeba_split_attributes(split)) names.emplace_back(name);
+  std::vector<std::vector<bool>> has(400);
+  for (auto& row : has)
+    for (std::size_t a = 0; a < names.size(); ++a) row.push_back(gen.index(2) == 1);
+  write_celeba(
+      root, 400, 24, 20, names,
+      [&](int i, std::size_t a) { return has[static_cast<std::size_t>(i)][a]; },
+      [](int) { return 0; });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +93,7 @@ int main(int argc, char** argv) {
     platipus::Generator gen(1);
     write_omniglot(fs::path(argv[1]) / "omniglot", gen);
     write_miniimagenet(fs::path(argv[1]) / "miniimagenet", gen);
+    write_celeba_fixture(fs::path(argv[1]) / "celeba", gen);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "write_image_fixtures: %s\n", e.what());
     return 1;

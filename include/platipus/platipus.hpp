@@ -5,6 +5,7 @@
 #include "platipus/autodiff.hpp"
 #include "platipus/data/circles.hpp"
 #include "platipus/data/sinusoid_line.hpp"
+#include "platipus/meta/ambiguity.hpp"
 #include "platipus/meta/anil.hpp"
 #include "platipus/meta/evaluation.hpp"
 #include "platipus/meta/maml.hpp"

@@ -36,6 +36,42 @@ struct FewShotSettings {
   std::int64_t queries = 15;  // Q: query images per class
 };
 
+// `count` distinct indices of [0, n) in random order: the first steps of a
+// Fisher-Yates shuffle.
+inline std::vector<std::int64_t> draw_without_replacement(std::int64_t n, std::int64_t count,
+                                                          Generator& gen) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  for (std::int64_t i = 0; i < count; ++i)
+    std::swap(order[static_cast<std::size_t>(i)],
+              order[static_cast<std::size_t>(i + gen.index(n - i))]);
+  order.resize(static_cast<std::size_t>(count));
+  return order;
+}
+
+// Image i of a set as T in [0, 1] (p / 255, or 1 - p / 255 with invert),
+// turned counter-clockwise by quarter_turns x 90 degrees: output (r, c) reads
+// input (c, n-1-r) for one turn, (n-1-r, n-1-c) for two, (n-1-c, r) for
+// three (square images).
+template <class T>
+void copy_unit_image(const ImageSet& images, std::int64_t i, int quarter_turns, bool invert,
+                     T* out) {
+  const std::uint8_t* in = images.image(i);
+  const std::int64_t h = images.height, w = images.width, n = h;
+  const T scale = T(1) / T(255);
+  const int turns = ((quarter_turns % 4) + 4) % 4;
+  for (std::int64_t ch = 0; ch < images.channels; ++ch, in += h * w, out += h * w)
+    for (std::int64_t r = 0; r < h; ++r)
+      for (std::int64_t c = 0; c < w; ++c) {
+        const std::int64_t source = turns == 0   ? r * w + c
+                                    : turns == 1 ? c * w + (n - 1 - r)
+                                    : turns == 2 ? (n - 1 - r) * w + (n - 1 - c)
+                                                 : (n - 1 - c) * w + r;
+        const T value = static_cast<T>(in[source]) * scale;
+        out[r * w + c] = invert ? T(1) - value : value;
+      }
+}
+
 template <class T = float, class B = cpu>
 class FewShotSampler {
  public:
@@ -86,7 +122,8 @@ class FewShotSampler {
             draw_without_replacement(images.class_size(c.index), s.shots + s.queries, gen);
         for (std::int64_t k = 0; k < s.shots + s.queries; ++k) {
           T*& out = k < s.shots ? support : query;
-          copy_image(images.image(images.class_begin[c.index] + picks[k]), c.quarter_turns, out);
+          copy_unit_image(images, images.class_begin[c.index] + picks[k], c.quarter_turns,
+                          split_.invert, out);
           out += bytes;
           (k < s.shots ? sy : qy).push_back(static_cast<T>(label));
         }
@@ -102,39 +139,6 @@ class FewShotSampler {
   }
 
  private:
-  // `count` distinct indices of [0, n) in random order: the first steps of a
-  // Fisher-Yates shuffle.
-  static std::vector<std::int64_t> draw_without_replacement(std::int64_t n, std::int64_t count,
-                                                            Generator& gen) {
-    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-    std::iota(order.begin(), order.end(), std::int64_t{0});
-    for (std::int64_t i = 0; i < count; ++i)
-      std::swap(order[static_cast<std::size_t>(i)],
-                order[static_cast<std::size_t>(i + gen.index(n - i))]);
-    order.resize(static_cast<std::size_t>(count));
-    return order;
-  }
-
-  // One image as T, turned counter-clockwise by quarter_turns x 90 degrees:
-  // output (r, c) reads input (c, n-1-r) for one turn, (n-1-r, n-1-c) for
-  // two, (n-1-c, r) for three.
-  void copy_image(const std::uint8_t* in, int quarter_turns, T* out) const {
-    const auto& images = *split_.images;
-    const std::int64_t h = images.height, w = images.width, n = h;
-    const T scale = T(1) / T(255);
-    const int turns = ((quarter_turns % 4) + 4) % 4;
-    for (std::int64_t ch = 0; ch < images.channels; ++ch, in += h * w, out += h * w)
-      for (std::int64_t r = 0; r < h; ++r)
-        for (std::int64_t c = 0; c < w; ++c) {
-          const std::int64_t source = turns == 0   ? r * w + c
-                                      : turns == 1 ? c * w + (n - 1 - r)
-                                      : turns == 2 ? (n - 1 - r) * w + (n - 1 - c)
-                                                   : (n - 1 - c) * w + r;
-          const T value = static_cast<T>(in[source]) * scale;
-          out[r * w + c] = split_.invert ? T(1) - value : value;
-        }
-  }
-
   FewShotSplit split_;
   FewShotSettings settings_;
 };

@@ -61,13 +61,14 @@ inline std::filesystem::path cache_directory(const std::filesystem::path& reques
   return home / ".cache" / "platipus";
 }
 
-// A hash of what a set is built from: the format, the recipe, and each
+// A hash of what a set is built from: the format (with its crop), the recipe, and each
 // class's name and files (path, size, modification time). Throws naming a
 // file that is missing.
 inline std::string source_fingerprint(std::span<const ClassFiles> classes, ImageFormat format) {
   DataChecksum sum;
   sum.add(fmt::format("{}\n{}x{}x{}\n", detail::cache_recipe, format.channels, format.height,
                       format.width));
+  if (format.centre_crop != 1) sum.add(fmt::format("centre crop {}\n", format.centre_crop));
   for (const auto& c : classes) {
     sum.add(fmt::format("class {}\n", c.name));
     for (const auto& file : c.files) {

@@ -48,6 +48,7 @@ struct ImageSet {
 struct ImageFormat {
   int channels = 1;
   std::int64_t height = 28, width = 28;
+  double centre_crop = 1;  // crop_centre's fraction, cut before resizing (1: the whole image)
   bool operator==(const ImageFormat&) const = default;
 };
 
@@ -82,7 +83,8 @@ inline ImageSet decode_image_set(std::span<const ClassFiles> classes, ImageForma
     pool.run(static_cast<int>(count), [&](int k) {
       const std::int64_t i = begin + k;
       const Image image =
-          resize_image(read_image(*files[i], format.channels), format.height, format.width);
+          resize_image(crop_centre(read_image(*files[i], format.channels), format.centre_crop),
+                       format.height, format.width);
       std::copy(image.pixels.begin(), image.pixels.end(),
                 set.pixels.begin() + static_cast<std::ptrdiff_t>(i * set.image_bytes()));
     });
