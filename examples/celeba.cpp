@@ -14,6 +14,8 @@
 //
 //   celeba --data-dir DIR [--size 84] [--steps 20000] [--quick] [--out DIR] ...
 //   celeba --data-dir DIR --eval-only --checkpoint DIR/checkpoint.safetensors
+#include <cmath>
+#include <set>
 #include <variant>
 
 #include "few_shot_images.hpp"
@@ -44,9 +46,14 @@ struct CelebaOptions : FewShotOptions {
         ->check([](const std::string& text) -> std::string {
           const auto weights = split_list(text);
           if (weights.empty()) return "no KL weight given";
-          for (const auto& w : weights)
-            if (char* end = nullptr; std::strtod(w.c_str(), &end) < 0 || *end != '\0')
-              return fmt::format("'{}' is not a KL weight >= 0", w);
+          std::set<double> seen;
+          for (const auto& w : weights) {
+            char* end = nullptr;
+            const double value = std::strtod(w.c_str(), &end);
+            if (*end != '\0' || !std::isfinite(value) || value < 0)
+              return fmt::format("'{}' is not a finite KL weight >= 0", w);
+            if (!seen.insert(value).second) return fmt::format("KL weight {} given twice", w);
+          }
           return "";
         });
     app.add_option("--task-rule", rule,
@@ -318,14 +325,15 @@ int main(int argc, char** argv) {
     }
     if (!is_root()) return 0;
     // Every learner meets the same ambiguous tasks (one stream), drawing its
-    // models from a stream of its own; a few tasks at a time, so that the
-    // candidates' activations stay small.
+    // models from a stream of its own.
     platipus::Generator tasks_gen(o.seed, 3);
     std::map<std::string, std::vector<platipus::AmbiguityScores>> scores;
     nlohmann::json figure;
     std::vector<platipus::Generator> draws;
     for (std::size_t r = 0; r < rows.size(); ++r) draws.emplace_back(o.seed, 6 + r);
-    constexpr long chunk = 4;
+    // Four tasks at once at 32 x 32; one at MiniImagenet's size, where 15
+    // models adapting to one task's 10 faces already take gigabytes.
+    const long chunk = o.size > 48 ? 1 : 4;
     Progress progress("evaluating", run.eval_tasks);
     for (long done = 0; done < run.eval_tasks; done += chunk) {
       const auto sets = test.sample(std::min(chunk, run.eval_tasks - done), tasks_gen);

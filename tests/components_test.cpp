@@ -1712,11 +1712,92 @@ TEST_CASE(
                                  0.2, 0.8, 0.3, 0.7, 0.2, 0.8, 0.3, 0.7};
   const auto agreeing = score_ambiguity(same, labels, 2, 2, 2);
   CHECK(agreeing.coverage == 1);
-  // Equal likelihoods go to the first candidate, where sample 0 is right on both points.
   CHECK(agreeing.accuracy == Approx(1.0));
+  // Equal likelihoods (0.5 x 0.8 and 0.8 x 0.5) go to the first candidate,
+  // where the model is right on both points; on the second it is wrong on
+  // one (a tie of 0.5 and 0.5 predicts the first class, 0, for label 1).
+  const std::vector<double> tie{0.5, 0.3, 0.2, 0.1, 0.8, 0.1,   // candidate 0, labels 0, 1
+                                0.1, 0.8, 0.1, 0.5, 0.5, 0.0};  // candidate 1, labels 1, 1
+  const auto tied = score_ambiguity(tie, std::vector<double>{0, 1, 1, 1}, 1, 2, 3);
+  CHECK(tied.accuracy == 1.0);
+  CHECK(tied.coverage == 1);
   CHECK_THROWS_WITH(score_ambiguity(p, labels, 3, 2, 2), Contains("16 probabilities for 3"));
   CHECK_THROWS_WITH(score_ambiguity(p, std::vector<double>{1, 2, 0, 1}, 2, 2, 2),
                     Contains("not a class in [0, 2)"));
+}
+
+namespace {
+
+// A learner whose n-th sampled model of every task is parameters[n % 3]:
+// samples that differ, in a known order.
+struct CyclingLearner {
+  nn::Sequential network = nn::mlp({.inputs = 2, .hidden = {4}, .outputs = 2});
+  std::vector<Tensor<double>> parameters;
+  mutable std::int64_t drawn = 0;
+
+  const nn::Sequential& model() const { return network; }
+  Tensor<double> sample(const Tensor<double>& support_x, const Tensor<double>&, std::int64_t n,
+                        Generator&) const {
+    const std::int64_t p = network.layout().size();
+    std::vector<double> values;
+    for (std::int64_t t = 0; t < support_x.dim(0); ++t)
+      for (std::int64_t m = 0; m < n; ++m) {
+        const auto v = parameters[static_cast<std::size_t>((drawn + m) % 3)].to_vector();
+        values.insert(values.end(), v.begin(), v.end());
+      }
+    drawn += n;
+    return Tensor<double>::from_host({support_x.dim(0), n, p}, values);
+  }
+  Tensor<double> predict(const Tensor<double>& params, const Tensor<double>& x) const {
+    return platipus::predict(network, params, x);
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "evaluate_ambiguity: models drawn in groups, the first `assignment` assigned and the "
+    "first `likelihood` in the NLL",
+    "[components][uncertainty]") {
+  Generator gen(33);
+  CyclingLearner learner;
+  for (int k = 0; k < 3; ++k)
+    learner.parameters.push_back(raw::normal<double>({learner.network.layout().size()}, gen));
+  AmbiguousTasks<double> tasks;
+  tasks.support_x = raw::normal<double>({1, 2, 2}, gen);
+  tasks.support_y = Tensor<double>::from_host({1, 2, 1}, {0, 1});
+  for (int c = 0; c < 3; ++c) {
+    tasks.candidate_x.push_back(raw::normal<double>({1, 4, 2}, gen));
+    tasks.candidate_y.push_back(Tensor<double>::from_host({1, 4, 1}, {0, 1, 1, 0}));
+  }
+  // Models 0..4 are parameters 0, 1, 2, 0, 1: assignment uses 0, 1; the NLL all five.
+  const auto scores =
+      evaluate_ambiguity(learner, tasks, {.assignment = 2, .likelihood = 5, .at_once = 2}, gen);
+  CHECK(learner.drawn == 5);  // groups of 2, 2 and 1
+  // By hand: each parameter vector's softmax probabilities on each candidate's points.
+  std::vector<double> probabilities, labels;
+  for (const int k : {0, 1, 2, 0, 1})
+    for (std::size_t c = 0; c < 3; ++c) {
+      const auto logits =
+          platipus::predict(learner.network, learner.parameters[static_cast<std::size_t>(k)],
+                            tasks.candidate_x[c])
+              .to_vector();
+      for (std::size_t n = 0; n < 4; ++n) {
+        const double z = std::exp(logits[2 * n]) + std::exp(logits[2 * n + 1]);
+        probabilities.insert(probabilities.end(),
+                             {std::exp(logits[2 * n]) / z, std::exp(logits[2 * n + 1]) / z});
+      }
+    }
+  for (int c = 0; c < 3; ++c) labels.insert(labels.end(), {0, 1, 1, 0});
+  const std::span<const double> all(probabilities);
+  const auto assigned = score_ambiguity(all.first(2 * 24), labels, 2, 3, 2);
+  const auto marginal = score_ambiguity(all, labels, 5, 3, 2);
+  REQUIRE(scores.size() == 1);
+  CHECK(scores[0].coverage == assigned.coverage);
+  CHECK(scores[0].accuracy == Approx(assigned.accuracy));
+  CHECK(scores[0].nll == Approx(marginal.nll));
+  // The NLL of five models differs from that of the first two.
+  CHECK(marginal.nll != Approx(assigned.nll));
 }
 
 TEST_CASE(

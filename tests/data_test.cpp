@@ -4,6 +4,7 @@
 // tasks.
 #include "catch.hpp"
 
+#include <array>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -474,6 +475,8 @@ TEST_CASE("CelebA names the file, line or attribute of bad input", "[data]") {
   refuses("3\r\nSmiling Young\r\n1.jpg 1 -1\r\n2.jpg 1 1\r\n",
           "lists 2 images, its first line says 3");
   refuses("two\r\nSmiling\r\n", "list_attr_celeba.txt:1: expected the image count");
+  refuses("1\r\nSmiling\r\n../1.jpg 1\r\n",
+          "list_attr_celeba.txt:3: \"../1.jpg\" is not a file name in img_align_celeba/");
   write_text(attributes, "1\r\nSmiling\r\n1.jpg 1\r\n");
   const auto a = read_celeba_attributes(attributes);
   CHECK_THROWS_WITH(a.index_of("Wearing_Hat"), Catch::Contains("has no attribute Wearing_Hat"));
@@ -494,6 +497,11 @@ TEST_CASE("CelebA names the file, line or attribute of bad input", "[data]") {
   const auto val = load_celeba(small.path(), "val", {.directory = cache.path()}, nullptr, 8);
   CHECK_THROWS_WITH(CelebaTaskSampler<double>(val, {.shots = 5, .queries = 5}),
                     Catch::Contains("no pair of the val attributes"));
+  CHECK_THROWS_WITH(attribute_tasks(val, 0, CelebaTaskRule::converse, 1),
+                    Catch::Contains("tasks of 0 attributes from the val split's 5"));
+  Generator gen(2);
+  CHECK_THROWS_WITH(draw_without_replacement(3, 4, gen),
+                    Catch::Contains("cannot draw 4 of 3 without replacement"));
   CHECK_THROWS_WITH(CelebaTaskSampler<double>(val, {.shots = 0, .queries = 5}),
                     Catch::Contains("shots and queries must be positive (got 0, 5)"));
   CHECK_THROWS_WITH(AmbiguousCelebaSampler<double>(val, {.shots = 5, .queries = 5}),
@@ -528,14 +536,7 @@ TEST_CASE(
   }
   CHECK(attribute_tasks(test, 2, CelebaTaskRule::both_or_neither, 1).size() == 45);
 
-  // Training batches: 2 shots and 3 queries per class, labels 0 then 1.
-  CelebaTaskSampler<double> tasks(test, {.shots = 2, .queries = 3});
   Generator gen(1);
-  const auto batch = tasks.sample(4, gen);
-  batch.validate("test");
-  CHECK(batch.support_x.shape() == Shape{4, 4, 3, 8, 8});
-  CHECK(batch.query_y.to_vector() == std::vector<double>{0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1,
-                                                         0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1});
 
   // Ambiguous sets: each support image fits all three candidates, and no
   // query image is a support image.
@@ -575,6 +576,39 @@ TEST_CASE(
       if (test.has(row, attribute) != (label == 1 ? value : !value)) return false;
     return true;
   };
+  // Training batches: 2 shots and 3 queries per class, labels 0 then 1;
+  // each task's label-1 images are the positives of one of the sampler's
+  // tasks and its label-0 images the negatives (or the other way round),
+  // all distinct.
+  CelebaTaskSampler<double> tasks(test, {.shots = 2, .queries = 3});
+  const auto batch = tasks.sample(6, gen);
+  batch.validate("test");
+  CHECK(batch.support_x.shape() == Shape{6, 4, 3, 8, 8});
+  const auto batch_query_y = batch.query_y.to_vector();
+  for (std::int64_t t = 0; t < 6; ++t) {
+    std::array<std::set<std::int64_t>, 2> rows;  // by label
+    std::set<long> images;
+    for (const auto* x : {&batch.support_x, &batch.query_x})
+      for (std::int64_t p = 0; p < x->dim(1); ++p) {
+        const auto image = fixture_index(*x, t, p);
+        images.insert(image);
+        const bool positive = x == &batch.support_x ? p >= 2 : p >= 3;
+        rows[positive ? 1 : 0].insert((image - 2) / 3);
+      }
+    CHECK(images.size() == 10);
+    for (std::int64_t p = 0; p < 6; ++p)
+      CHECK(batch_query_y[static_cast<std::size_t>(t * 6 + p)] == (p >= 3 ? 1 : 0));
+    const auto within = [](const std::set<std::int64_t>& some,
+                           const std::vector<std::int64_t>& of) {
+      return std::ranges::all_of(some,
+                                 [&](auto r) { return std::ranges::find(of, r) != of.end(); });
+    };
+    CHECK(std::ranges::any_of(tasks.tasks(), [&](const AttributeTask& task) {
+      return (within(rows[1], task.positives) && within(rows[0], task.negatives)) ||
+             (within(rows[0], task.positives) && within(rows[1], task.negatives));
+    }));
+  }
+
   const auto support_y = sets.support_y.to_vector();
   for (std::int64_t t = 0; t < sets.tasks(); ++t) {
     const auto three = setting(sets.names[static_cast<std::size_t>(t)]);
@@ -589,6 +623,12 @@ TEST_CASE(
       for (const auto& candidate : sets.candidate_names[static_cast<std::size_t>(t)])
         CHECK(fits(image, setting(candidate), label));
     }
+    // The candidates are the three pairs of the setting, each once.
+    std::set<std::vector<std::pair<std::int64_t, bool>>> pairs;
+    for (const auto& candidate : sets.candidate_names[static_cast<std::size_t>(t)])
+      pairs.insert(setting(candidate));
+    CHECK(pairs == std::set<std::vector<std::pair<std::int64_t, bool>>>{
+                       {three[1], three[2]}, {three[0], three[2]}, {three[0], three[1]}});
     for (std::size_t c = 0; c < 3; ++c) {
       const auto two = setting(sets.candidate_names[static_cast<std::size_t>(t)][c]);
       CHECK(two.size() == 2);

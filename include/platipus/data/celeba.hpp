@@ -104,6 +104,10 @@ inline CelebaAttributes read_celeba_attributes(const std::filesystem::path& file
     check(fields.size() == a.names.size() + 1, who,
           "{}:{}: {} values for the {} attributes of the header", file.string(), number,
           fields.size() - 1, a.names.size());
+    check(fields[0].find_first_of("/\\") == std::string_view::npos && fields[0] != "." &&
+              fields[0] != "..",
+          who, "{}:{}: \"{}\" is not a file name in img_align_celeba/", file.string(), number,
+          fields[0]);
     a.images.emplace_back(fields[0]);
     for (std::size_t i = 1; i < fields.size(); ++i) {
       check(fields[i] == "1" || fields[i] == "-1", who,
@@ -241,6 +245,9 @@ inline CelebaSplit load_celeba(const std::filesystem::path& root, std::string_vi
   out.images = std::make_shared<const ImageSet>(
       cached_image_set(fmt::format("celeba-{}-crop{:.3f}", split, crop), std::span(&files, 1),
                        {3, size, size, crop}, cache, report));
+  check(out.images->images() == std::ssize(rows) && out.images->image_bytes() == 3 * size * size,
+        "celeba", "the {} split's cache holds {} images of {} bytes, not {} of {}", split,
+        out.images->images(), out.images->image_bytes(), rows.size(), 3 * size * size);
   return out;
 }
 
@@ -290,6 +297,8 @@ inline AttributeTask attribute_task(const CelebaSplit& split, std::vector<std::i
 // `needed` images each.
 inline std::vector<AttributeTask> attribute_tasks(const CelebaSplit& split, int arity,
                                                   CelebaTaskRule rule, std::int64_t needed) {
+  check(arity >= 1 && arity <= std::min<std::int64_t>(split.attributes(), 16), "celeba",
+        "tasks of {} attributes from the {} split's {}", arity, split.name, split.attributes());
   std::vector<AttributeTask> tasks;
   const std::int64_t n = split.attributes();
   std::vector<std::int64_t> chosen(static_cast<std::size_t>(arity));

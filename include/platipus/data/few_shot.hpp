@@ -40,6 +40,8 @@ struct FewShotSettings {
 // Fisher-Yates shuffle.
 inline std::vector<std::int64_t> draw_without_replacement(std::int64_t n, std::int64_t count,
                                                           Generator& gen) {
+  check(count >= 0 && count <= n, "draw_without_replacement",
+        "cannot draw {} of {} without replacement", count, n);
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), std::int64_t{0});
   for (std::int64_t i = 0; i < count; ++i)

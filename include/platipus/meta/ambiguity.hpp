@@ -123,26 +123,26 @@ inline AmbiguityScores score_ambiguity(std::span<const double> probabilities,
 struct AmbiguitySamples {
   std::int64_t assignment = 15;   // models assigned to candidates (coverage, accuracy)
   std::int64_t likelihood = 100;  // models of the marginal likelihood (nll)
+  std::int64_t at_once = 15;      // models adapted at once per task (memory: their activations)
 };
 
 // Every ambiguous task's scores for a learner that samples models
 // (sample(support_x, support_y, n, gen) -> [tasks, n, P]) and predicts
 // logits (predict(params [tasks, P], x) -> [tasks, N, K]) of a classifier
-// with softmax outputs. Draws max(assignment, likelihood) models per task at
-// once; coverage and accuracy use the first `assignment` of them, nll the
-// first `likelihood`.
+// with softmax outputs. Draws max(assignment, likelihood) models per task,
+// `at_once` at a time; coverage and accuracy use the first `assignment` of
+// them, nll the first `likelihood`.
 template <class Learner, class T, class B>
 std::vector<AmbiguityScores> evaluate_ambiguity(const Learner& learner,
                                                 const AmbiguousTasks<T, B>& tasks,
                                                 AmbiguitySamples samples, Generator& gen) {
   constexpr std::string_view who = "evaluate_ambiguity";
   tasks.validate(who);
-  check(samples.assignment > 0 && samples.likelihood > 0, who,
-        "sample counts must be positive (assignment {}, likelihood {})", samples.assignment,
-        samples.likelihood);
+  check(samples.assignment > 0 && samples.likelihood > 0 && samples.at_once > 0, who,
+        "sample counts must be positive (assignment {}, likelihood {}, at once {})",
+        samples.assignment, samples.likelihood, samples.at_once);
   const std::int64_t drawn = std::max(samples.assignment, samples.likelihood);
   const std::int64_t count = tasks.tasks(), size = learner.model().layout().size();
-  const auto params = learner.sample(tasks.support_x, tasks.support_y, drawn, gen);
   const auto candidates = static_cast<std::size_t>(tasks.candidates());
   const auto points = static_cast<std::size_t>(tasks.candidate_x[0].dim(1));
   for (const auto& x : tasks.candidate_x)
@@ -152,8 +152,13 @@ std::vector<AmbiguityScores> evaluate_ambiguity(const Learner& learner,
   // probabilities[t]: [drawn, C, N, K] of task t, filled model by model.
   std::vector<std::vector<double>> probabilities(static_cast<std::size_t>(count));
   std::size_t classes = 0;
+  Tensor<T, B> params;  // [tasks, at_once, P]: models first .. first + at_once - 1
   for (std::int64_t m = 0; m < drawn; ++m) {
-    const auto model = raw::slice(params, 1, m, 1).reshaped(Shape{count, size});
+    const std::int64_t in_group = m % samples.at_once;
+    if (in_group == 0)
+      params = learner.sample(tasks.support_x, tasks.support_y,
+                              std::min(samples.at_once, drawn - m), gen);
+    const auto model = raw::slice(params, 1, in_group, 1).reshaped(Shape{count, size});
     for (std::size_t c = 0; c < candidates; ++c) {
       const auto logits = learner.predict(model, tasks.candidate_x[c]);
       classes = static_cast<std::size_t>(logits.dim(-1));
