@@ -272,6 +272,8 @@ struct TrainingOptions {
   long kl_anneal_steps = 0;  // the appendix anneals towards the KL weight; 0: constant
   // PLATIPUS's query likelihood: summed over the points (the ELBO) or averaged.
   platipus::Reduction query_reduction = platipus::Reduction::sum;
+  // PLATIPUS's step 6 (PlatipusSettings::prior_likelihood_weight); 0: the paper's objective.
+  double prior_likelihood_weight = 0;
   double meta_learning_rate = 1e-3;
   double prior_variance = 0.001, posterior_variance = 0.001, gamma = 0;
   int threads = 0;
@@ -309,6 +311,10 @@ struct TrainingOptions {
                    "PLATIPUS's query likelihood over a task's points: sum (the ELBO) or mean")
         ->transform(CLI::CheckedTransformer(std::map<std::string, platipus::Reduction>{
             {"sum", platipus::Reduction::sum}, {"mean", platipus::Reduction::mean}}));
+    app.add_option("--prior-likelihood-weight", prior_likelihood_weight,
+                   "PLATIPUS: weight of the query likelihood of a model drawn from the prior, "
+                   "as at test time, beside the ELBO (0: the paper's objective)")
+        ->check(CLI::Range(0.0, 1e6));
     app.add_option("--meta-learning-rate", meta_learning_rate,
                    "Adam's learning rate on the meta-parameters")
         ->check(CLI::Range(1e-12, 1e3));
@@ -344,6 +350,7 @@ struct TrainingOptions {
             {"kl_weight", kl_weight},
             {"kl_anneal_steps", kl_anneal_steps},
             {"query_reduction", query_reduction == platipus::Reduction::sum ? "sum" : "mean"},
+            {"prior_likelihood_weight", prior_likelihood_weight},
             {"meta_learning_rate", meta_learning_rate},
             {"prior_variance", prior_variance},
             {"posterior_variance", posterior_variance},
@@ -365,6 +372,7 @@ struct TrainingOptions {
             .kl_weight = kl_weight,
             .query_reduction = query_reduction,
             .kl_anneal_steps = static_cast<int>(kl_anneal_steps),
+            .prior_likelihood_weight = prior_likelihood_weight,
             .initial_prior_variance = prior_variance,
             .initial_posterior_variance = posterior_variance,
             .initial_gamma_p = gamma,

@@ -113,20 +113,6 @@ inline void report_cache(const std::string& what, const platipus::data::CacheRep
              r.seconds, r.built ? fmt::format(" ({})", r.reason) : "");
 }
 
-// The softmax of logits [points, classes] times `weight`, added into `into`
-// [points, classes].
-inline void add_softmax(std::span<const float> logits, std::size_t points, std::size_t classes,
-                        double weight, std::vector<double>& into) {
-  for (std::size_t r = 0; r < points; ++r) {
-    const auto* row = logits.data() + r * classes;
-    const double largest = *std::max_element(row, row + classes);
-    double total = 0;
-    for (std::size_t k = 0; k < classes; ++k) total += std::exp(row[k] - largest);
-    for (std::size_t k = 0; k < classes; ++k)
-      into[r * classes + k] += weight * std::exp(row[k] - largest) / total;
-  }
-}
-
 // Table 2's protocol: each chosen learner adapts to `episodes` held-out
 // episodes (chunk at a time, so that memory stays small) and is scored on
 // their query images; MAML with its one adapted model, MAML + noise and
@@ -174,8 +160,9 @@ nlohmann::json evaluate_episodes(const Learners<Loss>& learners, const Sampler& 
                     batch.query_x)
                 .to_vector();
         for (std::size_t t = 0; t < probabilities.size(); ++t)
-          add_softmax(std::span(logits).subspan(t * points * classes, points * classes), points,
-                      classes, 1.0 / static_cast<double>(models), probabilities[t]);
+          platipus::add_softmax(
+              std::span<const float>(logits).subspan(t * points * classes, points * classes),
+              classes, 1.0 / static_cast<double>(models), std::span(probabilities[t]));
       }
       for (std::size_t t = 0; t < probabilities.size(); ++t) {
         const std::vector<double> y(labels.begin() + static_cast<std::ptrdiff_t>(t * points),

@@ -1678,6 +1678,22 @@ TEST_CASE("score_classification: K-way accuracy, NLL and ECE by hand",
                     Contains("label 3 is not a class in [0, 3)"));
 }
 
+TEST_CASE("add_softmax: weighted softmax rows by hand, stable for large logits",
+          "[components][uncertainty]") {
+  // Rows (0, log 3) and (1000, 1000): softmax (1/4, 3/4) and (1/2, 1/2); exp
+  // of 1000 overflows, so the row's largest logit must come off first.
+  const std::vector<float> logits{0, static_cast<float>(std::log(3.0)), 1000, 1000};
+  std::vector<double> into{1, 0, 0, 0};
+  add_softmax(std::span<const float>(logits), 2, 0.5, std::span(into));
+  CHECK(into[0] == Approx(1 + 0.125));
+  CHECK(into[1] == Approx(0.375));
+  CHECK(into[2] == Approx(0.25));
+  CHECK(into[3] == Approx(0.25));
+  std::vector<double> three(3);
+  CHECK_THROWS_WITH(add_softmax(std::span<const float>(logits), 2, 1.0, std::span(three)),
+                    Contains("4 logits of 2 classes do not match 3 outputs"));
+}
+
 TEST_CASE("the scores refuse input that makes no sense, naming it", "[components][uncertainty]") {
   const std::vector<double> three{1, 2, 3}, two{1, 2};
   CHECK_THROWS_WITH(score_regression(three, two, 1.0), Contains("score_regression"));

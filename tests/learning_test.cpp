@@ -63,16 +63,23 @@ std::vector<double> directional_errors(Learner& learner, const TaskBatch<double>
 
 // Each part's gradient against central differences (step 1e-6) of
 // objective() at four coordinates per part picked by `seed`.
-// PLATIPUS's objective, query loss + beta KL, at the learner's current
-// parts, with the same draw of the noise (from `noise`) at every evaluation.
+// PLATIPUS's objective with KL weight beta (query loss + beta KL, plus the
+// prior's query loss when weighted), the mean over the batch's tasks, at the
+// learner's current parts, with the same draw of the noise (from `noise`, as
+// meta_gradient draws it) at every evaluation.
 template <class Learner>
-auto elbo_with_fixed_noise(Learner& learner, const TaskBatch<double>& batch, const Generator& noise,
-                           double kl_weight) {
+auto objective_with_fixed_noise(const Learner& learner, const TaskBatch<double>& batch,
+                                const Generator& noise, double kl_weight) {
   return [&learner, &batch, noise, kl_weight] {
     Generator gen = noise;
-    MetaStepResult result;
-    learner.meta_gradient(batch, gen, &result);
-    return result.query_loss + kl_weight * result.kl;
+    TaskNoise task_noise(gen);
+    Tape<double> tape;
+    std::vector<Var<double>> parts;
+    for (int p = 0; p < Learner::part_count; ++p)
+      parts.push_back(tape.variable(learner.part(static_cast<typename Learner::Part>(p))));
+    const auto terms = learner.objective().chunk_terms(std::span<const Var<double>>(parts), batch,
+                                                       task_noise, {.kl_weight = kl_weight});
+    return terms.objective.value().to_vector()[0] / static_cast<double>(batch.tasks());
   };
 }
 
@@ -113,7 +120,7 @@ double mse(const Tensor<float>& prediction, const Tensor<float>& y) {
 
 TEST_CASE(
     "second-order MAML learns sinusoids: adaptation beats no adaptation and joint pre-training",
-    "[maml][learning]") {
+    "[maml][learning][long]") {
   const Sampler sampler({.support = 10, .query = 10, .sinusoid_fraction = 1.0});
   const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 2};
   Generator init(1), data(2);
@@ -230,7 +237,7 @@ double spread(const PlatipusModel& model, const TaskBatch<float>& tasks, std::in
 }  // namespace
 
 TEST_CASE("PLATIPUS samples differ, and their spread shrinks as support points are added",
-          "[platipus][learning]") {
+          "[platipus][learning][long]") {
   const Sampler train({.support = 5, .query = 10});
   Generator init(7), data(8);
   PlatipusModel model(
@@ -508,6 +515,10 @@ TEST_CASE("PLATIPUS and MAML refuse settings that make no sense, naming the sett
   CHECK_THROWS_WITH(make({.initial_gamma_p = 0}), Contains("gamma_p 0"));
   CHECK_THROWS_WITH(make({.initial_gamma_q = -0.1}), Contains("gamma_q -0.1"));
   CHECK_THROWS_WITH(make({.kl_weight = -1}), Contains("kl_weight"));
+  CHECK_THROWS_WITH(make({.prior_likelihood_weight = -0.5}),
+                    Contains("prior_likelihood_weight must be finite and non-negative, got -0.5"));
+  CHECK_THROWS_WITH(make({.prior_likelihood_weight = std::nan("")}),
+                    Contains("prior_likelihood_weight"));
   CHECK_THROWS_WITH(make({.mean_steps = 0}), Contains("mean_steps"));
   CHECK_THROWS_WITH(make({.inner_loop = {.max_gradient_norm = -1}}),
                     Contains("inner_loop.max_gradient_norm"));
@@ -582,7 +593,7 @@ TEST_CASE("a meta-gradient through clipped inner gradients matches central finit
 // a few meta-steps. Clipping each task's inner gradient to norm 2 (a trust
 // region of 0.1 per inner step) trains the same network for 2,000 steps.
 TEST_CASE("an inner step that diverges trains for 2,000 meta-steps once its gradients are clipped",
-          "[maml][stability]") {
+          "[maml][stability][long]") {
   const Sampler sampler({.support = 5, .query = 10});
   auto run = [&](double clip, long steps) {
     Generator init(1), gen(2);
@@ -603,10 +614,14 @@ TEST_CASE("an inner step that diverges trains for 2,000 meta-steps once its grad
   const auto clipped = run(2, 2000);
   REQUIRE(clipped.size() == 2000);
   CHECK(std::all_of(clipped.begin(), clipped.end(), [](double l) { return std::isfinite(l); }));
-  const double first = std::accumulate(clipped.begin(), clipped.begin() + 500, 0.0) / 500,
+  // The loss falls within a few hundred steps and then levels off (on this
+  // task stream from 9.3 over the first 100 steps to 6.1-7.2 per later 100,
+  // which float rounding of the CPU at hand moves): compare the first 100
+  // steps with the last 500.
+  const double first = std::accumulate(clipped.begin(), clipped.begin() + 100, 0.0) / 100,
                last = std::accumulate(clipped.end() - 500, clipped.end(), 0.0) / 500;
-  INFO("mean query loss over the first 500 steps " << first << ", the last 500 " << last);
-  CHECK(last < 0.9 * first);
+  INFO("mean query loss over the first 100 steps " << first << ", the last 500 " << last);
+  CHECK(last < 0.85 * first);
 }
 
 // Before gammas were stored as logarithms this run diverged (a NaN query
@@ -618,7 +633,7 @@ TEST_CASE("an inner step that diverges trains for 2,000 meta-steps once its grad
 // single tasks (query losses of 1e3 to 5e9 in the 30 steps before the NaN).
 // Clipping each inner gradient to norm 100 (a step of at most 1) fixes that.
 TEST_CASE("PLATIPUS trains 2,000 meta-steps at meta learning rate 1e-2 without diverging",
-          "[platipus][learning][stability]") {
+          "[platipus][learning][stability][long]") {
   const Sampler sampler({.support = 5, .query = 10});
   Generator init(1), data(1, 2);
   PlatipusModel model(small_network(), MseLoss{},
@@ -650,23 +665,75 @@ TEST_CASE("PLATIPUS's meta-gradient matches central finite differences of its ob
       nn::mlp({.inputs = 1, .hidden = {6}, .outputs = 1, .activation = nn::Activation::tanh});
   Generator data(79);
   const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
-  for (const Reduction query_reduction : {Reduction::sum, Reduction::mean}) {
-    Generator init(80);
-    const PlatipusSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.02},
-                                    .kl_weight = 0.7,
-                                    .query_reduction = query_reduction,
-                                    .initial_prior_variance = 0.05,
-                                    .initial_posterior_variance = 0.02,
-                                    .initial_gamma_p = 0.03,
-                                    .initial_gamma_q = 0.05,
-                                    .threads = 1};
-    DoublePlatipus learner(model, GaussianNllLoss{.noise_std = 0.5}, settings, init);
-    // The objective for one fixed draw of the noise: the same generator state every time.
-    const Generator noise(81);
-    const auto objective = elbo_with_fixed_noise(learner, batch, noise, settings.kl_weight);
-    Generator gen = noise;
-    check_part_gradients(learner, learner.meta_gradient(batch, gen), objective, 1e-5, 82);
-  }
+  for (const Reduction query_reduction : {Reduction::sum, Reduction::mean})
+    for (const double prior_likelihood_weight : {0.0, 0.6}) {
+      Generator init(80);
+      const PlatipusSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.02},
+                                      .kl_weight = 0.7,
+                                      .query_reduction = query_reduction,
+                                      .prior_likelihood_weight = prior_likelihood_weight,
+                                      .initial_prior_variance = 0.05,
+                                      .initial_posterior_variance = 0.02,
+                                      .initial_gamma_p = 0.03,
+                                      .initial_gamma_q = 0.05,
+                                      .threads = 1};
+      DoublePlatipus learner(model, GaussianNllLoss{.noise_std = 0.5}, settings, init);
+      // The objective for one fixed draw of the noise: the same generator state every time.
+      const Generator noise(81);
+      const auto objective = objective_with_fixed_noise(learner, batch, noise, settings.kl_weight);
+      Generator gen = noise;
+      check_part_gradients(learner, learner.meta_gradient(batch, gen), objective, 1e-5, 82);
+    }
+}
+
+// Step 6 (docs/algorithms.md): with variances too small to matter, the
+// prior's term is the summed query NLL of the model Algorithm 2 samples, and
+// the meta-step's reported query loss and KL stay those of steps 5.
+TEST_CASE(
+    "PLATIPUS's prior likelihood term is the query loss of the model it samples at meta-test "
+    "time",
+    "[platipus]") {
+  using DoublePlatipus = Platipus<nn::Sequential, GaussianNllLoss, double>;
+  const auto model =
+      nn::mlp({.inputs = 1, .hidden = {6}, .outputs = 1, .activation = nn::Activation::tanh});
+  Generator data(83);
+  const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
+  const GaussianNllLoss loss{.noise_std = 0.5};
+  auto make = [&](double weight) {
+    Generator init(84);
+    return DoublePlatipus(model, loss,
+                          {.inner_loop = {.steps = 2, .learning_rate = 0.02},
+                           .kl_weight = 0.7,
+                           .prior_likelihood_weight = weight,
+                           .initial_prior_variance = 1e-24,
+                           .initial_posterior_variance = 1e-24,
+                           .initial_gamma_p = 0.03,
+                           .initial_gamma_q = 0.05,
+                           .threads = 1},
+                          init);
+  };
+  const auto paper = make(0), hybrid = make(2.5);
+  // Without the KL (beta 0): with such variances it is about 1e23.
+  const Generator noise(85);
+  const double difference = objective_with_fixed_noise(hybrid, batch, noise, 0)() -
+                            objective_with_fixed_noise(paper, batch, noise, 0)();
+  Generator gen(86);
+  const auto prediction =
+      paper.predict(paper.sample(batch.support_x, batch.support_y, 1, gen), batch.query_x)
+          .to_vector();
+  const auto y = batch.query_y.to_vector();
+  double nll = 0;  // summed over each task's points, the mean over tasks
+  for (std::size_t i = 0; i < y.size(); ++i)
+    nll += (std::pow(y[i] - prediction[i], 2) / (2 * 0.25) + std::log(0.5) +
+            0.5 * std::log(2 * M_PI)) /
+           static_cast<double>(batch.tasks());
+  CHECK(difference == Approx(2.5 * nll).epsilon(1e-9));
+  MetaStepResult paper_result, hybrid_result;
+  Generator g1 = noise, g2 = noise;
+  paper.meta_gradient(batch, g1, &paper_result);
+  hybrid.meta_gradient(batch, g2, &hybrid_result);
+  CHECK(hybrid_result.query_loss == paper_result.query_loss);
+  CHECK(hybrid_result.kl == paper_result.kl);
 }
 
 TEST_CASE(
@@ -705,7 +772,7 @@ TEST_CASE(
 }
 
 TEST_CASE("Meta-SGD learns sinusoids in one inner step, and learns its rates",
-          "[metasgd][learning]") {
+          "[metasgd][learning][long]") {
   const Sampler sampler({.support = 10, .query = 10, .sinusoid_fraction = 1.0});
   Generator init(1), data(2);
   MetaSgd<nn::Sequential, MseLoss> learner(
@@ -1038,7 +1105,7 @@ void check_adaptation_halves_the_error(Learner& learner) {
 TEST_CASE(
     "first-order MAML, ANIL, Reptile and MAML++ learn sinusoids: adaptation halves the query "
     "error",
-    "[maml][anil][reptile][mamlpp][learning]") {
+    "[maml][anil][reptile][mamlpp][learning][long]") {
   const InnerLoop loop{.steps = 5, .learning_rate = 0.01};
   Generator init(1);
   SECTION("first-order MAML") {
@@ -1361,7 +1428,7 @@ TEST_CASE(
                                   .threads = 1};
   ConvPlatipus learner(model, SoftmaxCrossEntropyLoss{}, settings, init);
   const Generator noise(76);  // one fixed draw of the noise for every evaluation
-  const auto objective = elbo_with_fixed_noise(learner, batch, noise, settings.kl_weight);
+  const auto objective = objective_with_fixed_noise(learner, batch, noise, settings.kl_weight);
   Generator gen = noise;
   check_part_gradients(learner, learner.meta_gradient(batch, gen), objective, 1e-6, 77);
 }

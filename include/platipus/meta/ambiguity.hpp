@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "platipus/meta/concepts.hpp"
+#include "platipus/meta/uncertainty.hpp"
 #include "platipus/tensor/layout.hpp"
 
 namespace platipus {
@@ -167,15 +168,10 @@ std::vector<AmbiguityScores> evaluate_ambiguity(const Learner& learner,
         auto& into = probabilities[t];
         if (into.empty())
           into.resize(static_cast<std::size_t>(drawn) * candidates * points * classes);
-        for (std::size_t n = 0; n < points; ++n) {
-          const T* logit = values.data() + (t * points + n) * classes;
-          double* out =
-              into.data() + ((static_cast<std::size_t>(m) * candidates + c) * points + n) * classes;
-          const double largest = *std::max_element(logit, logit + classes);
-          double total = 0;
-          for (std::size_t k = 0; k < classes; ++k) total += out[k] = std::exp(logit[k] - largest);
-          for (std::size_t k = 0; k < classes; ++k) out[k] /= total;
-        }
+        const std::size_t block = points * classes;
+        add_softmax(
+            std::span<const T>(values).subspan(t * block, block), classes, 1.0,
+            std::span(into).subspan((static_cast<std::size_t>(m) * candidates + c) * block, block));
       }
     }
   }

@@ -9,6 +9,9 @@
 //   3. phi   = theta after K SGD steps on D_train with step alpha
 //   4. mu_p  = mu_theta - gamma_p * grad L(mu_theta, D_train)  prior mean
 //   5. objective L(phi, D_test) + beta KL(N(mu_q, v_q) || N(mu_p, sigma2_theta))
+//   6. optionally + lambda L(phi_p, D_test), phi_p adapted from a theta drawn
+//      from the prior N(mu_p, sigma2_theta) as at meta-test time (lambda =
+//      prior_likelihood_weight, 0 by default: Algorithm 1 as printed)
 // averaged over the meta-batch, Adam on Theta. Every gradient in 1, 3 and 4
 // is itself differentiated (create_graph). At meta-test time theta is drawn
 // from the prior N(mu_p, sigma2_theta) and adapted on D_train, S times.
@@ -50,6 +53,14 @@ struct PlatipusSettings {
   // reduction sets the scale of the gradient steps 1, 3 and 4 only.
   Reduction query_reduction = Reduction::sum;
   int kl_anneal_steps = 0;  // ramp beta linearly from 0 over this many meta-steps (0: none)
+  // lambda of step 6: the weight of the query likelihood of a model drawn from
+  // the prior and adapted on D_train, reduced as step 5's. The ELBO's
+  // likelihood term sees theta drawn from q, which has seen the query points,
+  // while predictions come from the prior, which has not: the model learns to
+  // lean on a step it will not get at meta-test time. Sohn, Lee and Yan
+  // (NeurIPS 2015) met the same gap in conditional VAEs and trained on this
+  // hybrid of the ELBO and the prior's likelihood (docs/algorithms.md).
+  double prior_likelihood_weight = 0;
   double initial_prior_variance = 0.01;      // sigma2_theta at initialisation
   double initial_posterior_variance = 0.01;  // v_q at initialisation
   double initial_gamma_p = 0.01, initial_gamma_q = 0.01;
@@ -91,6 +102,9 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
           settings.initial_gamma_p, settings.initial_gamma_q);
     check(settings.kl_weight >= 0, name, "kl_weight must be non-negative, got {}",
           settings.kl_weight);
+    check(settings.prior_likelihood_weight >= 0 && std::isfinite(settings.prior_likelihood_weight),
+          name, "prior_likelihood_weight must be finite and non-negative, got {}",
+          settings.prior_likelihood_weight);
     check(settings.mean_steps >= 1, name, "mean_steps must be at least 1, got {}",
           settings.mean_steps);
     settings.inner_loop.validate(name);
@@ -114,16 +128,17 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     return theta;
   }
 
-  // The chunk's summed objective L(phi, D_test) + beta KL, per task.
+  // The chunk's summed objective L(phi, D_test) + beta KL (+ lambda
+  // L(phi_p, D_test)), per task.
   ChunkTerms<T, B> chunk_terms(std::span<const Var<T, B>> parts, const TaskBatch<T, B>& chunk,
                                TaskNoise& noise, const StepSchedule& schedule) const {
     std::array<Var<T, B>, part_count> v;
     std::copy(parts.begin(), parts.end(), v.begin());
-    const auto [query, kl] = objective_terms(v, chunk, noise);
-    return {.objective = sum(query + static_cast<T>(schedule.kl_weight) * kl),
-            .query = sum(query),
-            .support = {},
-            .kl = sum(kl)};
+    const auto [query, kl, prior_query] = objective_terms(v, chunk, noise);
+    auto objective = query + static_cast<T>(schedule.kl_weight) * kl;
+    if (prior_query.defined())
+      objective = objective + static_cast<T>(settings_.prior_likelihood_weight) * prior_query;
+    return {.objective = sum(objective), .query = sum(query), .support = {}, .kl = sum(kl)};
   }
 
   // beta at the meta-step after `steps()` steps; reads the count only while
@@ -141,12 +156,17 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     return {};
   }
 
-  // Steps 1-5 of Algorithm 1 for a batch of tasks: per task, the query loss
-  // of phi and KL(q || p). Theta's parts are leaves of the caller's tape;
-  // `noise` gives the batch's first task its eps.
-  std::pair<Var<T, B>, Var<T, B>> objective_terms(const std::array<Var<T, B>, part_count>& v,
-                                                  const TaskBatch<T, B>& batch,
-                                                  TaskNoise& noise) const {
+  // Per task: step 5's query loss of phi and KL(q || p), and step 6's query
+  // loss of phi_p (undefined when lambda is 0).
+  struct Terms {
+    Var<T, B> query, kl, prior_query;
+  };
+
+  // Steps 1-6 for a batch of tasks. Theta's parts are leaves of the caller's
+  // tape; `noise` gives the batch's first task its eps (step 6 draws after
+  // step 2, so lambda = 0 leaves step 2's draws as they were).
+  Terms objective_terms(const std::array<Var<T, B>, part_count>& v, const TaskBatch<T, B>& batch,
+                        TaskNoise& noise) const {
     Tape<T, B>& tape = v[0].tape();
     const auto& layout = model_.layout();
     const std::int64_t tasks = batch.tasks();
@@ -164,14 +184,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     for (std::size_t i = 0; i < mu_q.size(); ++i)
       theta.push_back(mu_q[i] +
                       exp(0.5 * log_vq[i]) * tape.constant(noise.normal<T, B>(mu_q[i].shape())));
-    const auto phi =
-        adapt(model_, loss_, theta, xs, ys, settings_.inner_loop, {.create_graph = true})
-            .params;  // step 3
-
-    const auto per_point = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 2);
-    const auto query = settings_.query_reduction == Reduction::sum
-                           ? sum(per_point, {1})
-                           : mean(per_point, {1});  // step 5
+    const auto query = query_loss(theta, xs, ys, xq, yq);  // steps 3 and 5
     Var<T, B> kl;
     for (std::size_t i = 0; i < mu_q.size(); ++i) {
       const auto term =
@@ -179,7 +192,15 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
                                 reshape(mu_p[i], {tasks, -1}), reshape(log_s2[i], {-1}));
       kl = kl.defined() ? kl + term : term;
     }
-    return {query, kl};
+    Var<T, B> prior_query;  // step 6
+    if (settings_.prior_likelihood_weight > 0) {
+      Pieces<T, B> theta_p;
+      for (std::size_t i = 0; i < mu_p.size(); ++i)
+        theta_p.push_back(mu_p[i] + exp(0.5 * log_s2[i]) *
+                                        tape.constant(noise.normal<T, B>(mu_p[i].shape())));
+      prior_query = query_loss(theta_p, xs, ys, xq, yq);
+    }
+    return {query, kl, prior_query};
   }
 
   // Algorithm 2 with the data-dependent prior: n models per task, [tasks, n, P].
@@ -211,6 +232,16 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   }
 
  private:
+  // The query loss per task after the inner loop from theta on D_train,
+  // reduced over the query points by query_reduction.
+  Var<T, B> query_loss(const Pieces<T, B>& theta, const Var<T, B>& xs, const Var<T, B>& ys,
+                       const Var<T, B>& xq, const Var<T, B>& yq) const {
+    const auto phi =
+        adapt(model_, loss_, theta, xs, ys, settings_.inner_loop, {.create_graph = true}).params;
+    const auto per_point = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 2);
+    return settings_.query_reduction == Reduction::sum ? sum(per_point, {1}) : mean(per_point, {1});
+  }
+
   // mean - gamma * grad L(mean, D), piece by piece, repeated mean_steps times.
   Pieces<T, B> descend(Pieces<T, B> m, const Pieces<T, B>& gamma, const Var<T, B>& x,
                        const Var<T, B>& y, bool create_graph) const {

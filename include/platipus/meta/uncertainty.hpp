@@ -133,6 +133,25 @@ inline ClassificationScores score_classification(std::span<const double> probabi
   return scores;
 }
 
+// Adds `weight` times the softmax of each row of `logits` [rows, classes]
+// into `into` [rows, classes], in double and shifted by the row's largest
+// logit (exp of a large logit would overflow): the mean predictive
+// probabilities of S sampled classifiers are S calls with weight 1 / S.
+template <class T>
+void add_softmax(std::span<const T> logits, std::size_t classes, double weight,
+                 std::span<double> into) {
+  check(classes > 0 && logits.size() % classes == 0 && into.size() == logits.size(), "add_softmax",
+        "{} logits of {} classes do not match {} outputs", logits.size(), classes, into.size());
+  for (std::size_t r = 0; r < logits.size(); r += classes) {
+    const auto row = logits.subspan(r, classes);
+    const double largest = *std::ranges::max_element(row);
+    double total = 0;
+    for (const T logit : row) total += std::exp(logit - largest);
+    for (std::size_t k = 0; k < classes; ++k)
+      into[r + k] += weight * std::exp(row[k] - largest) / total;
+  }
+}
+
 // probabilities [N] of class 1, labels [N] in {0, 1}: score_classification
 // of the rows (1 - p, p).
 inline ClassificationScores score_binary_classification(std::span<const double> probabilities,
