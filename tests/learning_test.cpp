@@ -688,7 +688,7 @@ TEST_CASE("PLATIPUS's meta-gradient matches central finite differences of its ob
 
 // Step 6 (docs/algorithms.md): with variances too small to matter, the
 // prior's term is the summed query NLL of the model Algorithm 2 samples, and
-// the meta-step's reported query loss and KL stay those of steps 5.
+// the meta-step's reported query loss and KL stay those of step 5.
 TEST_CASE(
     "PLATIPUS's prior likelihood term is the query loss of the model it samples at meta-test "
     "time",

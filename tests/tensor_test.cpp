@@ -4,12 +4,14 @@
 #include <cmath>
 #include <vector>
 
+#include "platipus/backend/block_cache.hpp"
 #include "platipus/tensor/elementwise.hpp"
 #include "platipus/tensor/index.hpp"
 #include "platipus/tensor/layout.hpp"
 #include "platipus/tensor/matmul.hpp"
 #include "platipus/tensor/random.hpp"
 #include "platipus/tensor/reduce.hpp"
+#include "resident_memory.hpp"
 
 using namespace platipus;
 using Catch::Contains;
@@ -23,7 +25,64 @@ T iota(const Shape& shape, double start = 0, double step = 1) {
   return T::from_host(shape, v);
 }
 
+std::vector<std::size_t> raw_requests;
+void* counting_allocate(std::size_t bytes) {
+  raw_requests.push_back(bytes);
+  return ::operator new(bytes);
+}
+void counting_free(void* p) {
+  ::operator delete(p);
+}
+
 }  // namespace
+
+TEST_CASE("the block cache rounds up by less than a quarter and reuses blocks within a class",
+          "[tensor][memory]") {
+  raw_requests.clear();
+  {
+    detail::BlockCache<&counting_allocate, &counting_free> cache;
+    for (std::size_t bytes :
+         {std::size_t{1}, std::size_t{64}, std::size_t{65}, std::size_t{100}, std::size_t{1000},
+          std::size_t{4097}, std::size_t{3'000'001}, std::size_t{33'554'432}}) {
+      INFO(bytes << " bytes");
+      void* p = cache.allocate(bytes);
+      REQUIRE(!raw_requests.empty());
+      const std::size_t block = raw_requests.back();
+      CHECK(block >= bytes);
+      if (bytes > 64) CHECK(static_cast<double>(block) < 1.25 * static_cast<double>(bytes));
+      cache.deallocate(p, bytes);
+    }
+    const std::size_t fresh = raw_requests.size();
+    // 2,500,000 and 2,600,000 share 2^21 x 1.25 = 2,621,440; 3,700,000 takes 2^22.
+    void* a = cache.allocate(2'500'000);
+    CHECK(raw_requests.size() == fresh + 1);
+    cache.deallocate(a, 2'500'000);
+    void* b = cache.allocate(2'600'000);
+    CHECK(b == a);
+    CHECK(raw_requests.size() == fresh + 1);
+    void* c = cache.allocate(3'700'000);
+    CHECK(raw_requests.size() == fresh + 2);
+    CHECK(raw_requests.back() == 4'194'304);
+    cache.deallocate(b, 2'600'000);
+    cache.deallocate(c, 3'700'000);
+  }
+}
+
+// A block that served a smaller request must not take new pages when a larger
+// one of its class reuses it, or the resident set creeps up step after step.
+TEST_CASE("a CPU block is resident from its first use, so its reuse takes no new memory",
+          "[tensor][memory]") {
+  // 77 MB and 80 MB of floats share the class of 2^26 x 1.25 bytes (84 MB),
+  // which no other test here uses.
+  const long before = resident_kib();
+  { Tensor<float> first(Shape{77'000'000 / 4}); }
+  const long after_first = resident_kib();
+  { const auto second = Tensor<float>::full(Shape{80'000'000 / 4}, 1.0f); }
+  const long after_second = resident_kib();
+  INFO("resident " << before << ", " << after_first << ", " << after_second << " KiB");
+  CHECK(after_first - before >= 83'886'080 / 1024 - 1024);
+  CHECK(after_second - after_first < 1024);
+}
 
 TEST_CASE("tensors move cheaply and copy only when asked", "[tensor]") {
   T a = iota({2, 3});

@@ -1,6 +1,8 @@
 // A size-class cache of device blocks, so that steady-state training
 // allocates nothing from the device (or the system) per op. Blocks are
-// rounded up to a power of two and kept on per-class free lists. The cache is
+// rounded up to one of four sizes per octave (2^p times 1.25, 1.5, 1.75 or 2:
+// less than a quarter above the request, where powers of two waste up to
+// half) and kept on per-class free lists. The cache is
 // thread-local: no lock, no sharing between threads; a block freed on another
 // thread simply joins that thread's cache.
 #pragma once
@@ -30,7 +32,7 @@ class BlockCache {
       list.pop_back();
       return p;
     }
-    return RawAllocate(std::size_t{1} << cls);
+    return RawAllocate(class_bytes(cls));
   }
 
   void deallocate(void* p, std::size_t bytes) {
@@ -43,11 +45,23 @@ class BlockCache {
   }
 
  private:
+  static constexpr int classes_per_octave = 4;
+
+  // Class 4 p + q - 1 (q in 1..4) holds blocks of 2^p + q 2^(p-2) bytes, the
+  // smallest that is not below `bytes`.
   static std::size_t size_class(std::size_t bytes) {
-    return static_cast<std::size_t>(std::bit_width(std::max(bytes, min_block) - 1));
+    bytes = std::max(bytes, min_block);
+    const int p = std::bit_width(bytes - 1) - 1;  // 2^p < bytes <= 2^(p+1)
+    const std::size_t quarter = std::size_t{1} << (p - 2),
+                      q = (bytes - (std::size_t{1} << p) + quarter - 1) / quarter;
+    return static_cast<std::size_t>(classes_per_octave * p) + q - 1;
+  }
+  static std::size_t class_bytes(std::size_t cls) {
+    const int p = static_cast<int>(cls / classes_per_octave);
+    return (classes_per_octave + cls % classes_per_octave + 1) << (p - 2);
   }
 
-  std::array<std::vector<void*>, 64> free_;
+  std::array<std::vector<void*>, 64 * classes_per_octave> free_;
 };
 
 }  // namespace platipus::detail
