@@ -439,6 +439,43 @@ TEST_CASE("conv2d with per-task filters equals the direct convolution, with stri
   }
 }
 
+// Stride 1 with an output as wide as the input (conv4's 3 x 3 with padding 1)
+// takes the CPU's shifted-plane im2col; its borders, on images narrower and
+// shorter than the kernel too.
+TEST_CASE(
+    "conv2d of stride 1 and same padding equals the direct convolution, and its adjoints "
+    "agree, on non-square and tiny images",
+    "[ops][conv]") {
+  struct Case {
+    Window window;
+    Shape x, w;
+  };
+  for (const auto& [window, x_shape, w_shape] :
+       {Case{{.kernel = 3, .stride = 1, .padding = 1}, {2, 3, 2, 7, 6}, {2, 4, 2, 3, 3}},
+        Case{{.kernel = 5, .stride = 1, .padding = 2}, {1, 2, 3, 4, 9}, {1, 2, 3, 5, 5}},
+        Case{{.kernel = 3, .stride = 1, .padding = 1}, {1, 2, 2, 1, 1}, {1, 3, 2, 3, 3}},
+        Case{{.kernel = 3, .stride = 1, .padding = 1}, {1, 1, 1, 2, 1}, {1, 2, 1, 3, 3}}}) {
+    INFO(fmt::format("x {}, w {}, kernel {}", x_shape, w_shape, window.kernel));
+    const auto x = normal(x_shape, 11), w = normal(w_shape, 12),
+               b = normal({w_shape[0], w_shape[1]}, 13);
+    Tape<double> tape;
+    const auto X = tape.constant(x), W = tape.constant(w);
+    const auto y = conv2d(X, W, tape.constant(b), window);
+    const auto expected = direct_convolution(x, w, b, window), got = y.value().to_vector();
+    REQUIRE(got.size() == expected.size());
+    double scale = 0;
+    for (const double e : expected) scale = std::max(scale, std::abs(e));
+    for (std::size_t i = 0; i < got.size(); ++i)
+      CHECK(got[i] == Approx(expected[i]).epsilon(1e-12).margin(1e-13 * scale));
+    // <dy, w * x> = <conv2d_input_grad(dy, w), x> = <conv2d_weight_grad(x, dy), w>.
+    const auto DY = tape.constant(normal(y.shape(), 14));
+    const double form = sum(DY * conv2d(X, W, V{}, window)).item();
+    CHECK(sum(conv2d_input_grad(DY, W, x_shape, window) * X).item() == Approx(form).epsilon(1e-12));
+    CHECK(sum(conv2d_weight_grad(X, DY, w_shape, window) * W).item() ==
+          Approx(form).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("conv2d equals the filters times the unfolded windows (unfold, im2col)", "[ops][conv]") {
   const Window window{.kernel = 2, .stride = 2, .padding = 1};
   const auto x = normal({3, 2, 2, 5, 4}, 21), w = normal({3, 4, 2, 2, 2}, 22);

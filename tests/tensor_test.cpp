@@ -2,6 +2,7 @@
 #include "catch.hpp"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "platipus/backend/block_cache.hpp"
@@ -146,6 +147,34 @@ TEST_CASE("sum_to reduces any set of broadcast axes", "[tensor]") {
   const auto max = raw::reduce_to(ReduceOp::max, x, {2, 3, 1}).to_vector();
   CHECK(max == std::vector<double>{3, 7, 11, 15, 19, 23});
   CHECK_THROWS_WITH(raw::sum_to(x, {5}), Contains("sum_to"));
+}
+
+// A conv bias's gradient: [N, C, H, W] summed to [1, C, 1, 1]. The CPU runs
+// rows of distinct outputs side by side; each output must still take its
+// elements in order, the same float bits as one running sum.
+TEST_CASE("sums into few outputs equal one running sum per output, bit for bit", "[tensor]") {
+  Generator gen(5);
+  const std::int64_t n = 3, c = 11, h = 4, w = 5;
+  const auto x = raw::normal<float>({n, c, h, w}, gen);
+  const auto v = x.to_vector();
+  std::vector<float> expected(static_cast<std::size_t>(c), 0.0f), largest = expected;
+  for (std::int64_t ch = 0; ch < c; ++ch) {
+    auto& sum = expected[static_cast<std::size_t>(ch)];
+    auto& top = largest[static_cast<std::size_t>(ch)];
+    top = -std::numeric_limits<float>::infinity();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t e = 0; e < h * w; ++e) {
+        const float value = v[static_cast<std::size_t>((i * c + ch) * h * w + e)];
+        sum += value;
+        top = std::max(top, value);
+      }
+  }
+  CHECK(raw::sum_to(x, {1, c, 1, 1}).to_vector() == expected);
+  CHECK(raw::reduce_to(ReduceOp::max, x, {1, c, 1, 1}).to_vector() == largest);
+  // Rows that share an output (every row of [c, h w] to a scalar) as well.
+  float all = 0;
+  for (const float value : raw::slice(x, 0, 0, 1).to_vector()) all += value;
+  CHECK(raw::sum_to(raw::slice(x, 0, 0, 1), {}).to_vector() == std::vector<float>{all});
 }
 
 TEST_CASE("batched matmul matches a naive product with transposes and broadcasting", "[tensor]") {

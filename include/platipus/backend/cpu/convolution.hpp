@@ -38,15 +38,46 @@ inline Inside inside(const ConvLayout& l, std::int64_t b) {
   return {first, last};
 }
 
+// im2col's row (ch, a, b) for stride 1 and an output as wide as the input
+// (the "same" padding of conv4): then the row is the channel's plane shifted
+// by (a - p) w + b - p, so one copy fills it, and only the cells that read
+// past a border (whole rows above and below, a column at each side) are
+// then set to zero.
+template <class T>
+void shifted_plane(const ConvLayout& l, const T* plane, std::int64_t a, std::int64_t b, T* out) {
+  const std::int64_t p = l.padding, w = l.w, size = l.ho * l.wo;
+  const auto [first, last] = inside(l, b);
+  const std::int64_t top = std::clamp(p - a, std::int64_t{0}, l.ho),
+                     bottom = std::clamp(l.h + p - a, top, l.ho);  // rows [top, bottom) read x
+  if (bottom == top || last == first) {
+    std::fill(out, out + size, T(0));
+    return;
+  }
+  const std::int64_t begin = top * w + first, end = (bottom - 1) * w + last,
+                     shift = (a - p) * w + b - p;
+  std::fill(out, out + begin, T(0));
+  std::copy(plane + begin + shift, plane + end + shift, out + begin);
+  std::fill(out + end, out + size, T(0));
+  for (std::int64_t i = top; i < bottom; ++i) {
+    for (std::int64_t j = 0; j < first; ++j) out[i * w + j] = T(0);
+    for (std::int64_t j = last; j < w; ++j) out[i * w + j] = T(0);
+  }
+}
+
 // col [c k k, ho wo] of one image x [c, h, w]: row (ch, a, b), column (i, j)
 // holds x[ch, i s + a - p, j s + b - p], zero outside the image. Each row of
 // output positions is zeros, a strided (for stride 1: contiguous) copy, zeros.
 template <class T>
 void im2col(const ConvLayout& l, const T* x, T* col) {
   const std::int64_t k = l.kernel, s = l.stride, p = l.padding;
+  const bool same = s == 1 && l.wo == l.w;
   for (std::int64_t ch = 0; ch < l.c; ++ch)
     for (std::int64_t a = 0; a < k; ++a)
       for (std::int64_t b = 0; b < k; ++b) {
+        if (same) {
+          shifted_plane(l, x + ch * l.h * l.w, a, b, col + ((ch * k + a) * k + b) * l.ho * l.wo);
+          continue;
+        }
         const auto [first, last] = inside(l, b);
         for (std::int64_t i = 0; i < l.ho; ++i) {
           const std::int64_t row = i * s + a - p;
@@ -67,6 +98,12 @@ void im2col(const ConvLayout& l, const T* x, T* col) {
       }
 }
 
+// y[j] += x[j] for j < n; the arrays do not overlap, so it vectorises.
+template <class T>
+void add_row(const T* __restrict x, T* __restrict y, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) y[j] += x[j];
+}
+
 // The adjoint of im2col: x [c, h, w] += the columns' entries at their pixels.
 template <class T>
 void col2im_add(const ConvLayout& l, const T* col, T* x) {
@@ -80,7 +117,10 @@ void col2im_add(const ConvLayout& l, const T* col, T* x) {
           if (row < 0 || row >= l.h) continue;
           const T* in = col + ((ch * k + a) * k + b) * l.ho * l.wo + i * l.wo;
           T* out = x + (ch * l.h + row) * l.w;  // input column j s + b - p
-          for (std::int64_t j = first; j < last; ++j) out[j * s + b - p] += in[j];
+          if (s == 1)
+            add_row(in + first, out + first + b - p, last - first);
+          else
+            for (std::int64_t j = first; j < last; ++j) out[j * s + b - p] += in[j];
         }
       }
 }

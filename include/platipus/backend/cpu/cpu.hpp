@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -288,19 +289,54 @@ struct cpu {
     }
     const int last = l.rank - 1;
     const std::int64_t inner = l.dims[last], so = l.stride_out[last];
-    for_each_row(l.rank, l.dims, [&](const Strides& index) {
+    const auto output = [&](const Strides& index) {
       std::int64_t oo = 0;
       for (int a = 0; a < last; ++a) oo += index[a] * l.stride_out[a];
-      T* out = y + oo;
-      if (so == 0) {
-        T acc = *out;
-        for (std::int64_t i = 0; i < inner; ++i) acc = combine(acc, x[i]);
-        *out = acc;
-      } else {
+      return y + oo;
+    };
+    if (so != 0) {
+      for_each_row(l.rank, l.dims, [&](const Strides& index) {
+        T* out = output(index);
         for (std::int64_t i = 0; i < inner; ++i) out[i * so] = combine(out[i * so], x[i]);
+        x += inner;
+      });
+      return;
+    }
+    // Each row folds into one output, a serial chain bound by the add's
+    // latency (a conv bias's gradient sums H W elements a row). Up to eight
+    // rows with distinct outputs run as independent chains side by side;
+    // each output still takes its rows, and their elements, in order, so
+    // the sums are the same bits as one row at a time.
+    constexpr int lanes = 8;
+    std::array<T*, lanes> outs{};
+    std::array<const T*, lanes> ins{};
+    int pending = 0;
+    const auto flush = [&] {
+      if (pending == lanes) {
+        std::array<T, lanes> acc;
+        for (int k = 0; k < lanes; ++k) acc[k] = *outs[k];
+        for (std::int64_t i = 0; i < inner; ++i)
+          for (int k = 0; k < lanes; ++k) acc[k] = combine(acc[k], ins[k][i]);
+        for (int k = 0; k < lanes; ++k) *outs[k] = acc[k];
+      } else {
+        for (int k = 0; k < pending; ++k) {
+          T acc = *outs[k];
+          for (std::int64_t i = 0; i < inner; ++i) acc = combine(acc, ins[k][i]);
+          *outs[k] = acc;
+        }
       }
+      pending = 0;
+    };
+    for_each_row(l.rank, l.dims, [&](const Strides& index) {
+      T* out = output(index);
+      if (pending == lanes ||
+          std::find(outs.begin(), outs.begin() + pending, out) != outs.begin() + pending)
+        flush();
+      outs[pending] = out;
+      ins[pending++] = x;
       x += inner;
     });
+    flush();
   }
 
   // Box-Muller for float fills, with Eigen's vectorised log, sin and cos:
