@@ -400,6 +400,21 @@ std::vector<double> direct_convolution(const Tensor<double>& x, const Tensor<dou
   return y;
 }
 
+// y equals the direct convolution. Each output is a sum of products in
+// another order than the direct loop's: its rounding error scales with the
+// outputs' size, not its own (an output near zero differs by 1e-11 relative
+// with AVX-512 FMAs).
+void check_direct_convolution(const Tensor<double>& y, const Tensor<double>& x,
+                              const Tensor<double>& w, const Tensor<double>& b,
+                              const Window& window) {
+  const auto expected = direct_convolution(x, w, b, window), got = y.to_vector();
+  REQUIRE(got.size() == expected.size());
+  double scale = 0;
+  for (const double e : expected) scale = std::max(scale, std::abs(e));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    CHECK(got[i] == Approx(expected[i]).epsilon(1e-12).margin(1e-13 * scale));
+}
+
 }  // namespace
 
 TEST_CASE("conv2d with per-task filters equals the direct convolution, with stride and padding",
@@ -409,15 +424,7 @@ TEST_CASE("conv2d with per-task filters equals the direct convolution, with stri
   Tape<double> tape;
   const auto y = conv2d(tape.constant(x), tape.constant(w), tape.constant(b), window);
   CHECK(y.shape() == Shape{2, 3, 4, 4, 3});
-  const auto expected = direct_convolution(x, w, b, window), got = y.value().to_vector();
-  REQUIRE(got.size() == expected.size());
-  // Each output is a sum of 18 products summed in another order than the
-  // direct loop's: its rounding error scales with the outputs' size, not its
-  // own (an output near zero differs by 1e-11 relative with AVX-512 FMAs).
-  double scale = 0;
-  for (const double e : expected) scale = std::max(scale, std::abs(e));
-  for (std::size_t i = 0; i < got.size(); ++i)
-    CHECK(got[i] == Approx(expected[i]).epsilon(1e-12).margin(1e-13 * scale));
+  check_direct_convolution(y.value(), x, w, b, window);
   // Filters shared by the tasks: the same as each task's copy of them.
   const auto shared =
       conv2d(tape.constant(x), tape.constant(raw::slice(w, 0, 0, 1).reshaped(Shape{4, 2, 3, 3})),
@@ -461,12 +468,7 @@ TEST_CASE(
     Tape<double> tape;
     const auto X = tape.constant(x), W = tape.constant(w);
     const auto y = conv2d(X, W, tape.constant(b), window);
-    const auto expected = direct_convolution(x, w, b, window), got = y.value().to_vector();
-    REQUIRE(got.size() == expected.size());
-    double scale = 0;
-    for (const double e : expected) scale = std::max(scale, std::abs(e));
-    for (std::size_t i = 0; i < got.size(); ++i)
-      CHECK(got[i] == Approx(expected[i]).epsilon(1e-12).margin(1e-13 * scale));
+    check_direct_convolution(y.value(), x, w, b, window);
     // <dy, w * x> = <conv2d_input_grad(dy, w), x> = <conv2d_weight_grad(x, dy), w>.
     const auto DY = tape.constant(normal(y.shape(), 14));
     const double form = sum(DY * conv2d(X, W, V{}, window)).item();
