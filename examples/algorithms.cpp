@@ -109,7 +109,7 @@ void run_algorithms(const std::vector<std::string>& chosen, const RegressionOpti
   const Network network = paper_network();
   const Loss loss = RegressionOptions::loss();
   const InnerLoop loop = o.maml().inner_loop;  // without MAML + noise's noise
-  const optim::AdamSettings adam{.learning_rate = o.meta_learning_rate};
+  const optim::AdamSettings adam = o.meta_optimizer();
   auto has = [&](const std::string& name) {
     return std::find(chosen.begin(), chosen.end(), name) != chosen.end();
   };
@@ -148,17 +148,14 @@ void run_algorithms(const std::vector<std::string>& chosen, const RegressionOpti
   }
   if (has("mamlpp")) {
     // Antoniou et al.'s proportions: the multi-step loss over the first tenth
-    // of training, first order for the first third, the cosine over all of it.
+    // of training, first order for the first third, the cosine over all of
+    // it (unless --meta-learning-rate-annealing-steps says otherwise).
     Generator g = init();
     const int steps = static_cast<int>(std::min(o.steps, 100'000'000L));
-    run("mamlpp", MamlPlusPlus<Network, Loss, T, B>(
-                      network, loss,
-                      shared(MamlPlusPlusSettings{
-                          .multi_step_loss_steps = steps / 10,
-                          .first_order_steps = steps / 3,
-                          .meta_learning_rate_annealing_steps = steps,
-                          .min_meta_learning_rate = std::min(1e-5, o.meta_learning_rate)}),
-                      g));
+    auto settings = shared(
+        MamlPlusPlusSettings{.multi_step_loss_steps = steps / 10, .first_order_steps = steps / 3});
+    settings.meta_optimizer = o.meta_optimizer(steps);
+    run("mamlpp", MamlPlusPlus<Network, Loss, T, B>(network, loss, settings, g));
   }
   if (has("platipus")) {
     Generator g = init();

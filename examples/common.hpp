@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -275,6 +276,10 @@ struct TrainingOptions {
   // PLATIPUS's step 6 (PlatipusSettings::prior_likelihood_weight); 0: the paper's objective.
   double prior_likelihood_weight = 0;
   double meta_learning_rate = 1e-3;
+  // Cosine annealing of the meta learning rate to min(1e-5, meta_learning_rate)
+  // over this many steps (AdamSettings::annealing_steps); 0: constant. Unset:
+  // each learner's default, constant but for MAML++ (over all of `steps`).
+  std::optional<long> meta_learning_rate_annealing_steps;
   double prior_variance = 0.001, posterior_variance = 0.001, gamma = 0;
   int threads = 0;
   int task_chunks = 0;  // as MamlSettings::task_chunks
@@ -318,6 +323,10 @@ struct TrainingOptions {
     app.add_option("--meta-learning-rate", meta_learning_rate,
                    "Adam's learning rate on the meta-parameters")
         ->check(CLI::Range(1e-12, 1e3));
+    app.add_option("--meta-learning-rate-annealing-steps", meta_learning_rate_annealing_steps,
+                   "anneal the meta learning rate along a cosine to 1e-5 over this many steps "
+                   "(0: constant; default: constant, MAML++ over all of --steps)")
+        ->check(CLI::Range(0L, 100'000'000L));
     app.add_option("--prior-variance", prior_variance, "initial sigma2_theta")
         ->check(CLI::Range(1e-12, 1e3));
     app.add_option("--posterior-variance", posterior_variance, "initial v_q")
@@ -339,6 +348,10 @@ struct TrainingOptions {
   }
 
   nlohmann::json json() const {
+    // null: each learner's default
+    const nlohmann::json annealing = meta_learning_rate_annealing_steps
+                                         ? nlohmann::json(*meta_learning_rate_annealing_steps)
+                                         : nlohmann::json();
     return {{"steps", steps},
             {"meta_batch", meta_batch},
             {"inner_loop",
@@ -352,6 +365,7 @@ struct TrainingOptions {
             {"query_reduction", query_reduction == platipus::Reduction::sum ? "sum" : "mean"},
             {"prior_likelihood_weight", prior_likelihood_weight},
             {"meta_learning_rate", meta_learning_rate},
+            {"meta_learning_rate_annealing_steps", annealing},
             {"prior_variance", prior_variance},
             {"posterior_variance", posterior_variance},
             {"gamma", gamma},
@@ -360,10 +374,19 @@ struct TrainingOptions {
             {"ranks", world() ? world()->size() : 1}};
   }
 
+  // Adam on the meta-parameters, its rate annealed over the flag's steps or,
+  // when it is unset, over `default_annealing_steps`.
+  platipus::optim::AdamSettings meta_optimizer(long default_annealing_steps = 0) const {
+    return {.learning_rate = meta_learning_rate,
+            .annealing_steps = static_cast<int>(
+                meta_learning_rate_annealing_steps.value_or(default_annealing_steps)),
+            .final_learning_rate = std::min(1e-5, meta_learning_rate)};
+  }
+
   // MAML, or with `noisy` MAML + noise.
   platipus::MamlSettings maml(bool noisy = false) const {
     return {.inner_loop = inner_loop_with_noise(noisy ? inner_loop.gradient_noise : 0),
-            .meta_optimizer = {.learning_rate = meta_learning_rate},
+            .meta_optimizer = meta_optimizer(),
             .threads = threads,
             .task_chunks = task_chunks};
   }
@@ -377,7 +400,7 @@ struct TrainingOptions {
             .initial_posterior_variance = posterior_variance,
             .initial_gamma_p = gamma,
             .initial_gamma_q = gamma,
-            .meta_optimizer = {.learning_rate = meta_learning_rate},
+            .meta_optimizer = meta_optimizer(),
             .threads = threads,
             .task_chunks = task_chunks};
   }

@@ -838,6 +838,19 @@ TEST_CASE("Adam's first three steps follow the bias-corrected formulas", "[compo
   }
 }
 
+TEST_CASE("AdamSettings::learning_rate_at follows a cosine to final_learning_rate, then stays",
+          "[components][optim]") {
+  const optim::AdamSettings cosine{
+      .learning_rate = 1e-3, .annealing_steps = 100, .final_learning_rate = 1e-5};
+  CHECK(cosine.learning_rate_at(0) == 1e-3);
+  CHECK(cosine.learning_rate_at(25) == Approx(1e-5 + (1e-3 - 1e-5) * (1 + std::sqrt(0.5)) / 2));
+  CHECK(cosine.learning_rate_at(50) == Approx((1e-3 + 1e-5) / 2));
+  CHECK(cosine.learning_rate_at(100) == Approx(1e-5));
+  CHECK(cosine.learning_rate_at(5000) == Approx(1e-5));
+  const optim::AdamSettings constant{.learning_rate = 1e-3, .final_learning_rate = 1e-5};
+  CHECK(constant.learning_rate_at(5000) == 1e-3);
+}
+
 TEST_CASE("Sgd steps p - learning_rate * g", "[components][optim]") {
   optim::Sgd<double> sgd({.learning_rate = 0.25});
   Tensor<double> p = Tensor<double>::from_host({3}, {1.0, -2.0, 0.5});

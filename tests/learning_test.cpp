@@ -1059,17 +1059,12 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "MAML++ anneals its step-loss weights towards the last step and its meta learning rate "
-    "along a cosine",
-    "[mamlpp]") {
+TEST_CASE("MAML++ anneals its step-loss weights towards the last step", "[mamlpp]") {
   Generator init(1);
   const MamlPlusPlus<nn::Sequential, MseLoss> learner(tiny_network(), MseLoss{},
                                                       {.inner_loop = {.steps = 4},
                                                        .multi_step_loss_steps = 100,
                                                        .first_order_steps = 0,
-                                                       .meta_learning_rate_annealing_steps = 200,
-                                                       .min_meta_learning_rate = 1e-5,
                                                        .meta_optimizer = {.learning_rate = 1e-3},
                                                        .threads = 1,
                                                        .task_chunks = 1},
@@ -1085,14 +1080,39 @@ TEST_CASE(
     previous_last = w.back();
   }
   CHECK(o.multi_step_weights(100) == std::vector<double>{0, 0, 0, 1});
-  auto scale = [&](int step) {
-    return o.schedule([step] { return step; }).meta_learning_rate_scale;
-  };
-  CHECK(scale(0) == Approx(1.0));
-  CHECK(scale(100) == Approx((1e-5 + (1e-3 - 1e-5) / 2) / 1e-3));
-  CHECK(scale(200) == Approx(1e-5 / 1e-3));
-  CHECK(scale(5000) == Approx(1e-5 / 1e-3));
-  CHECK_THAT(learner.replay_obstacle(), Catch::Contains("anneal"));
+  CHECK_THAT(learner.replay_obstacle(), Catch::Contains("multi-step loss"));
+}
+
+TEST_CASE(
+    "a meta-learner anneals its meta learning rate: the first step as at a constant rate, the "
+    "second smaller, none after the cosine ends at a final rate of 0",
+    "[maml][optim]") {
+  const Sampler sampler({.support = 5, .query = 5});
+  const MamlSettings constant{.inner_loop = {.steps = 1, .learning_rate = 0.01},
+                              .meta_optimizer = {.learning_rate = 1e-2},
+                              .threads = 1,
+                              .task_chunks = 1};
+  MamlSettings annealed = constant;
+  annealed.meta_optimizer.annealing_steps = 2;
+  annealed.meta_optimizer.final_learning_rate = 0;
+  Generator init(1), init_again(1), data(2);
+  Maml<nn::Sequential, MseLoss> steady(small_network(), MseLoss{}, constant, init),
+      annealing(small_network(), MseLoss{}, annealed, init_again);
+  CHECK_THAT(annealing.replay_obstacle(), Catch::Contains("meta learning rate still anneals"));
+  std::vector<std::vector<float>> steady_after, annealing_after;
+  for (int step = 0; step < 3; ++step) {
+    const auto batch = sampler.sample(4, data);
+    Generator noise(3), same_noise(3);
+    steady.meta_train_step(batch, noise);
+    annealing.meta_train_step(batch, same_noise);
+    steady_after.push_back(steady.parameters().to_vector());
+    annealing_after.push_back(annealing.parameters().to_vector());
+  }
+  CHECK(annealing_after[0] == steady_after[0]);  // learning_rate_at(0) is the rate itself
+  CHECK(annealing_after[1] != steady_after[1]);
+  CHECK(annealing_after[1] != annealing_after[0]);  // step 2 at half the rate still moves
+  CHECK(annealing_after[2] == annealing_after[1]);  // step 3 at the final rate, 0, does not
+  CHECK_THAT(annealing.replay_obstacle(), !Catch::Contains("meta learning rate"));
 }
 
 template <class Learner>
@@ -1265,10 +1285,16 @@ TEST_CASE("ANIL, Reptile and MAML++ refuse settings that make no sense, naming t
                                                            {.first_order_steps = -1}, init)),
                     Contains("first_order_steps"));
   CHECK_THROWS_WITH(
-      (MamlPlusPlus<nn::Sequential, MseLoss>(
-          small_network(), MseLoss{},
-          {.min_meta_learning_rate = 1, .meta_optimizer = {.learning_rate = 1e-3}}, init)),
-      Contains("min_meta_learning_rate"));
+      (MamlPlusPlus<nn::Sequential, MseLoss>(small_network(), MseLoss{},
+                                             {.meta_optimizer = {.learning_rate = 1e-3,
+                                                                 .annealing_steps = 10,
+                                                                 .final_learning_rate = 1}},
+                                             init)),
+      Contains("MamlPlusPlus") && Contains("meta_optimizer.final_learning_rate"));
+  CHECK_THROWS_WITH(
+      (Maml<nn::Sequential, MseLoss>(small_network(), MseLoss{},
+                                     {.meta_optimizer = {.annealing_steps = -1}}, init)),
+      Contains("Maml") && Contains("meta_optimizer.annealing_steps"));
 }
 
 TEST_CASE("estimate gives the mean and 1.96 standard errors, and refuses no values",

@@ -14,8 +14,8 @@
 //   thousandth and keep them positive, as PLATIPUS's gamma;
 // - derivative-order annealing (DA): first order for the first
 //   first_order_steps meta-steps, second order after;
-// - cosine annealing of the meta learning rate from meta_optimizer's to
-//   min_meta_learning_rate over meta_learning_rate_annealing_steps.
+// - cosine annealing of the meta learning rate: meta_optimizer's
+//   annealing_steps and final_learning_rate, which every learner has.
 //
 // Its batch-norm fixes (per-step statistics and biases) wait for networks
 // with batch norm.
@@ -25,7 +25,6 @@
 #include <array>
 #include <cmath>
 #include <functional>
-#include <numbers>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,9 +39,7 @@ struct MamlPlusPlusSettings {
   InnerLoop inner_loop{};            // K steps; learning_rate starts every learned rate; no noise
   int multi_step_loss_steps = 1000;  // MSL's length in meta-steps (0: the last step's loss only)
   int first_order_steps = 1000;      // DA: first order for this many meta-steps
-  int meta_learning_rate_annealing_steps = 0;  // the cosine's length (0: a constant rate)
-  double min_meta_learning_rate = 1e-5;        // where the cosine ends
-  optim::AdamSettings meta_optimizer{};
+  optim::AdamSettings meta_optimizer{};  // its annealing_steps: the cosine's (0: constant)
   int threads = 0;      // threads over the tasks of a meta-batch; 0: B::default_threads()
   int task_chunks = 0;  // as MamlSettings::task_chunks
 };
@@ -82,13 +79,6 @@ class MamlPlusPlusObjective
           "multi_step_loss_steps must be non-negative, got {}", settings.multi_step_loss_steps);
     check(settings.first_order_steps >= 0, name, "first_order_steps must be non-negative, got {}",
           settings.first_order_steps);
-    check(settings.meta_learning_rate_annealing_steps >= 0, name,
-          "meta_learning_rate_annealing_steps must be non-negative, got {}",
-          settings.meta_learning_rate_annealing_steps);
-    check(settings.min_meta_learning_rate >= 0 &&
-              settings.min_meta_learning_rate <= settings.meta_optimizer.learning_rate,
-          name, "min_meta_learning_rate must be in [0, meta_optimizer.learning_rate = {}], got {}",
-          settings.meta_optimizer.learning_rate, settings.min_meta_learning_rate);
   }
 
   Parts initialize(Generator& init) const {
@@ -139,19 +129,17 @@ class MamlPlusPlusObjective
     return {.objective = objective, .query = query, .support = support, .kl = {}};
   }
 
-  // The step count while anything anneals, and the cosine's factor.
+  // The step count while the multi-step loss or the derivative order anneal.
   StepSchedule schedule(const std::function<int()>& steps) const {
-    const int annealing = annealing_steps();
-    if (annealing == 0) return {};
-    const int step = steps();
-    return {.step = step, .meta_learning_rate_scale = learning_rate_scale(step)};
+    if (annealing_steps() == 0) return {};
+    return {.step = steps()};
   }
 
   std::string replay_obstacle(const std::function<int()>& steps) const {
     if (const int annealing = annealing_steps(); annealing > 0 && steps() < annealing)
       return fmt::format(
-          "the multi-step loss, derivative order or meta learning rate still anneal (step {} of "
-          "{}) and a recording fixes them",
+          "the multi-step loss or the derivative order still anneal (step {} of {}) and a "
+          "recording fixes them",
           steps(), annealing);
     return {};
   }
@@ -171,19 +159,9 @@ class MamlPlusPlusObjective
   }
 
  private:
-  // The last meta-step at which something still anneals.
+  // The last meta-step at which the multi-step loss or the derivative order anneal.
   int annealing_steps() const {
-    return std::max({settings_.multi_step_loss_steps, settings_.first_order_steps,
-                     settings_.meta_learning_rate_annealing_steps});
-  }
-
-  double learning_rate_scale(int step) const {
-    const int t = settings_.meta_learning_rate_annealing_steps;
-    if (t == 0) return 1;
-    const double high = settings_.meta_optimizer.learning_rate,
-                 low = settings_.min_meta_learning_rate,
-                 progress = std::min(step, t) / static_cast<double>(t);
-    return (low + (high - low) * (1 + std::cos(std::numbers::pi * progress)) / 2) / high;
+    return std::max(settings_.multi_step_loss_steps, settings_.first_order_steps);
   }
 
   // The K steps from theta with the rates exp(log_rates) [K, pieces]; after step

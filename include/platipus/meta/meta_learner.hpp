@@ -43,11 +43,11 @@ struct ChunkTerms {
 };
 
 // What a meta-step reads from the number of steps taken before it, fixed
-// before its chunks run: the quantities PLATIPUS and MAML++ anneal.
+// before its chunks run: the quantities PLATIPUS and MAML++ anneal (the meta
+// learning rate anneals in the driver, by meta_optimizer's annealing_steps).
 struct StepSchedule {
-  int step = 0;                         // steps taken; 0 for objectives that do not anneal
-  double kl_weight = 0;                 // PLATIPUS's beta; 0 where there is no KL term
-  double meta_learning_rate_scale = 1;  // times meta_optimizer.learning_rate
+  int step = 0;          // steps taken; 0 for objectives that do not anneal
+  double kl_weight = 0;  // PLATIPUS's beta; 0 where there is no KL term
 };
 
 // An Objective O, requirement by requirement (O::Scalar is T, O::Backend is B):
@@ -161,6 +161,15 @@ class MetaLearner : public O::Names {
     check(settings.task_chunks >= one_chunk_per_thread, O::name,
           "task_chunks must be 0 (the backend's cut), N > 0 or one_chunk_per_thread (-1), got {}",
           settings.task_chunks);
+    const optim::AdamSettings& rate = settings.meta_optimizer;
+    check(rate.annealing_steps >= 0, O::name,
+          "meta_optimizer.annealing_steps must be non-negative, got {}", rate.annealing_steps);
+    check(rate.annealing_steps == 0 ||
+              (rate.final_learning_rate >= 0 && rate.final_learning_rate <= rate.learning_rate),
+          O::name,
+          "meta_optimizer.final_learning_rate must be in [0, meta_optimizer.learning_rate = {}], "
+          "got {}",
+          rate.learning_rate, rate.final_learning_rate);
   }
 
   // Data parallelism over processes: from now on each meta-step computes the
@@ -205,8 +214,9 @@ class MetaLearner : public O::Names {
       params[i] = &parts_[i];
       grads[i] = &gradients[i];
     }
-    optimizer_.settings().learning_rate =
-        settings().meta_optimizer.learning_rate * schedule.meta_learning_rate_scale;
+    const optim::AdamSettings& rate = settings().meta_optimizer;
+    if (rate.annealing_steps > 0)
+      optimizer_.settings().learning_rate = rate.learning_rate_at(steps());
     optimizer_.step(params, grads);
     return std::move(statistics);
   }
@@ -233,6 +243,10 @@ class MetaLearner : public O::Names {
                          communicator_->size(), communicator_->name());
     if (auto obstacle = recording_obstacle<B>(*pool_, settings().task_chunks); !obstacle.empty())
       return obstacle;
+    if (const int annealing = settings().meta_optimizer.annealing_steps; steps() < annealing)
+      return fmt::format(
+          "the meta learning rate still anneals (step {} of {}) and a recording fixes it", steps(),
+          annealing);
     return objective_.replay_obstacle(steps_reader());
   }
 
@@ -307,7 +321,7 @@ class MetaLearner : public O::Names {
   // reading it waits for the device).
   int steps() const { return optimizer_.steps(); }
   // What the next meta-step anneals: its KL weight (0 for objectives without
-  // a KL term), its meta learning rate.
+  // a KL term); its meta learning rate is meta_optimizer's learning_rate_at(steps()).
   StepSchedule current_schedule() const { return objective_.schedule(steps_reader()); }
   double current_kl_weight() const { return current_schedule().kl_weight; }
 

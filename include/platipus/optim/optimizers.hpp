@@ -3,7 +3,9 @@
 // not values on it).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "platipus/tensor/elementwise.hpp"
@@ -39,6 +41,23 @@ class Sgd {
 struct AdamSettings {
   double learning_rate = 1e-3;
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  // Cosine annealing of the rate (Loshchilov & Hutter, ICLR 2017, without
+  // restarts) from learning_rate to final_learning_rate over annealing_steps
+  // steps, constant after them; 0: a constant rate, as optax.cosine_decay_schedule
+  // or PyTorch's CosineAnnealingLR beside the optimiser. Adam::step uses
+  // learning_rate as it is: a driver that counts steps (MetaLearner) sets it
+  // to learning_rate_at(step) before each.
+  int annealing_steps = 0;
+  double final_learning_rate = 1e-5;
+
+  // The rate of the step after `step` steps.
+  double learning_rate_at(long step) const {
+    if (annealing_steps <= 0) return learning_rate;
+    const double progress =
+        std::min(step, static_cast<long>(annealing_steps)) / static_cast<double>(annealing_steps);
+    return final_learning_rate +
+           (learning_rate - final_learning_rate) * (1 + std::cos(std::numbers::pi * progress)) / 2;
+  }
 };
 
 // Adam (Kingma & Ba, 2015) with bias correction (backend/layouts.hpp's
