@@ -446,6 +446,24 @@ TEST_CASE("conv2d with per-task filters equals the direct convolution, with stri
   }
 }
 
+// conv2d(x, w) equals the direct convolution, and its two adjoints agree:
+// <dy, w * x> = <conv2d_input_grad(dy, w), x> = <conv2d_weight_grad(x, dy), w>.
+void check_convolution_and_adjoints(const Window& window, const Shape& x_shape,
+                                    const Shape& w_shape) {
+  INFO(fmt::format("x {}, w {}, kernel {}, stride {}", x_shape, w_shape, window.kernel,
+                   window.stride));
+  const auto x = normal(x_shape, 11), w = normal(w_shape, 12),
+             b = normal({w_shape[0], w_shape[1]}, 13);
+  Tape<double> tape;
+  const auto X = tape.constant(x), W = tape.constant(w);
+  const auto y = conv2d(X, W, tape.constant(b), window);
+  check_direct_convolution(y.value(), x, w, b, window);
+  const auto DY = tape.constant(normal(y.shape(), 14));
+  const double form = sum(DY * conv2d(X, W, V{}, window)).item();
+  CHECK(sum(conv2d_input_grad(DY, W, x_shape, window) * X).item() == Approx(form).epsilon(1e-12));
+  CHECK(sum(conv2d_weight_grad(X, DY, w_shape, window) * W).item() == Approx(form).epsilon(1e-12));
+}
+
 // Stride 1 with an output as wide as the input (conv4's 3 x 3 with padding 1)
 // takes the CPU's shifted-plane im2col; its borders, on images narrower and
 // shorter than the kernel too.
@@ -453,29 +471,27 @@ TEST_CASE(
     "conv2d of stride 1 and same padding equals the direct convolution, and its adjoints "
     "agree, on non-square and tiny images",
     "[ops][conv]") {
-  struct Case {
-    Window window;
-    Shape x, w;
-  };
-  for (const auto& [window, x_shape, w_shape] :
-       {Case{{.kernel = 3, .stride = 1, .padding = 1}, {2, 3, 2, 7, 6}, {2, 4, 2, 3, 3}},
-        Case{{.kernel = 5, .stride = 1, .padding = 2}, {1, 2, 3, 4, 9}, {1, 2, 3, 5, 5}},
-        Case{{.kernel = 3, .stride = 1, .padding = 1}, {1, 2, 2, 1, 1}, {1, 3, 2, 3, 3}},
-        Case{{.kernel = 3, .stride = 1, .padding = 1}, {1, 1, 1, 2, 1}, {1, 2, 1, 3, 3}}}) {
-    INFO(fmt::format("x {}, w {}, kernel {}", x_shape, w_shape, window.kernel));
-    const auto x = normal(x_shape, 11), w = normal(w_shape, 12),
-               b = normal({w_shape[0], w_shape[1]}, 13);
-    Tape<double> tape;
-    const auto X = tape.constant(x), W = tape.constant(w);
-    const auto y = conv2d(X, W, tape.constant(b), window);
-    check_direct_convolution(y.value(), x, w, b, window);
-    // <dy, w * x> = <conv2d_input_grad(dy, w), x> = <conv2d_weight_grad(x, dy), w>.
-    const auto DY = tape.constant(normal(y.shape(), 14));
-    const double form = sum(DY * conv2d(X, W, V{}, window)).item();
-    CHECK(sum(conv2d_input_grad(DY, W, x_shape, window) * X).item() == Approx(form).epsilon(1e-12));
-    CHECK(sum(conv2d_weight_grad(X, DY, w_shape, window) * W).item() ==
-          Approx(form).epsilon(1e-12));
-  }
+  check_convolution_and_adjoints({.kernel = 3, .stride = 1, .padding = 1}, {2, 3, 2, 7, 6},
+                                 {2, 4, 2, 3, 3});
+  check_convolution_and_adjoints({.kernel = 5, .stride = 1, .padding = 2}, {1, 2, 3, 4, 9},
+                                 {1, 2, 3, 5, 5});
+  check_convolution_and_adjoints({.kernel = 3, .stride = 1, .padding = 1}, {1, 2, 2, 1, 1},
+                                 {1, 3, 2, 3, 3});
+  check_convolution_and_adjoints({.kernel = 3, .stride = 1, .padding = 1}, {1, 1, 1, 2, 1},
+                                 {1, 2, 1, 3, 3});
+}
+
+// Images with few output pixels go through the CPU's GEMMs several at a time
+// (backend/cpu/convolution.hpp, images_per_gemm: 25 of 5 x 4, 56 of 3 x 3):
+// the last GEMM of each task takes the remainder.
+TEST_CASE(
+    "conv2d of many small images, several per product, equals the direct convolution, and its "
+    "adjoints agree",
+    "[ops][conv]") {
+  check_convolution_and_adjoints({.kernel = 3, .stride = 1, .padding = 1}, {2, 30, 2, 5, 4},
+                                 {2, 3, 2, 3, 3});
+  check_convolution_and_adjoints({.kernel = 3, .stride = 2, .padding = 1}, {2, 60, 1, 5, 5},
+                                 {2, 4, 1, 3, 3});
 }
 
 TEST_CASE("conv2d equals the filters times the unfolded windows (unfold, im2col)", "[ops][conv]") {

@@ -1,9 +1,10 @@
-// The CPU convolution and max pooling of platipus::cpu: im2col per image
-// into a thread-local buffer, then one Eigen GEMM per image (forward, input
-// gradient) or per group (filter gradient, the images' products summed in
-// the GEMM's accumulator). A 1x1 convolution of stride 1 and no padding
-// reads the image in place. Threads come from the caller: the meta-learner
-// runs chunks of tasks on its pool, each chunk's groups in one call.
+// The CPU convolution and max pooling of platipus::cpu: im2col into a
+// thread-local buffer, then one Eigen GEMM per image, or per few images
+// side by side where an image has few output pixels (forward, input
+// gradient), and the filter gradient's products summed in the GEMM's
+// accumulator. A 1x1 convolution of stride 1 and no padding reads the image
+// in place. Threads come from the caller: the meta-learner runs chunks of
+// tasks on its pool, each chunk's groups in one call.
 #pragma once
 
 #include <algorithm>
@@ -64,24 +65,25 @@ void shifted_plane(const ConvLayout& l, const T* plane, std::int64_t a, std::int
   }
 }
 
-// col [c k k, ho wo] of one image x [c, h, w]: row (ch, a, b), column (i, j)
-// holds x[ch, i s + a - p, j s + b - p], zero outside the image. Each row of
-// output positions is zeros, a strided (for stride 1: contiguous) copy, zeros.
+// col [c k k, ho wo] of one image x [c, h, w], its rows `ld` apart: row
+// (ch, a, b), column (i, j) holds x[ch, i s + a - p, j s + b - p], zero
+// outside the image. Each row of output positions is zeros, a strided (for
+// stride 1: contiguous) copy, zeros.
 template <class T>
-void im2col(const ConvLayout& l, const T* x, T* col) {
+void im2col(const ConvLayout& l, const T* x, T* col, std::int64_t ld) {
   const std::int64_t k = l.kernel, s = l.stride, p = l.padding;
   const bool same = s == 1 && l.wo == l.w;
   for (std::int64_t ch = 0; ch < l.c; ++ch)
     for (std::int64_t a = 0; a < k; ++a)
       for (std::int64_t b = 0; b < k; ++b) {
         if (same) {
-          shifted_plane(l, x + ch * l.h * l.w, a, b, col + ((ch * k + a) * k + b) * l.ho * l.wo);
+          shifted_plane(l, x + ch * l.h * l.w, a, b, col + ((ch * k + a) * k + b) * ld);
           continue;
         }
         const auto [first, last] = inside(l, b);
         for (std::int64_t i = 0; i < l.ho; ++i) {
           const std::int64_t row = i * s + a - p;
-          T* out = col + ((ch * k + a) * k + b) * l.ho * l.wo + i * l.wo;
+          T* out = col + ((ch * k + a) * k + b) * ld + i * l.wo;
           if (row < 0 || row >= l.h) {
             std::fill(out, out + l.wo, T(0));
             continue;
@@ -106,7 +108,7 @@ void add_row(const T* __restrict x, T* __restrict y, std::int64_t n) {
 
 // The adjoint of im2col: x [c, h, w] += the columns' entries at their pixels.
 template <class T>
-void col2im_add(const ConvLayout& l, const T* col, T* x) {
+void col2im_add(const ConvLayout& l, const T* col, std::int64_t ld, T* x) {
   const std::int64_t k = l.kernel, s = l.stride, p = l.padding;
   for (std::int64_t ch = 0; ch < l.c; ++ch)
     for (std::int64_t a = 0; a < k; ++a)
@@ -115,7 +117,7 @@ void col2im_add(const ConvLayout& l, const T* col, T* x) {
         for (std::int64_t i = 0; i < l.ho; ++i) {
           const std::int64_t row = i * s + a - p;
           if (row < 0 || row >= l.h) continue;
-          const T* in = col + ((ch * k + a) * k + b) * l.ho * l.wo + i * l.wo;
+          const T* in = col + ((ch * k + a) * k + b) * ld + i * l.wo;
           T* out = x + (ch * l.h + row) * l.w;  // input column j s + b - p
           if (s == 1)
             add_row(in + first, out + first + b - p, last - first);
@@ -125,65 +127,118 @@ void col2im_add(const ConvLayout& l, const T* col, T* x) {
       }
 }
 
-// The calling thread's column buffer for one image.
-template <class T>
-T* columns(const ConvLayout& l) {
+// Images per GEMM: one, or where an image has few output pixels (conv4's
+// deeper blocks: 7x7 and 3x3 on Omniglot) as many as give the product about
+// 512 columns, so that Eigen packs the filters once for all of them rather
+// than once per image (a 64 x 576 filter matrix times 9 columns is mostly
+// packing). A 1x1 convolution read in place takes one at a time.
+inline std::int64_t images_per_gemm(const ConvLayout& l) {
+  if (reads_in_place(l)) return 1;
+  return std::clamp<std::int64_t>(512 / (l.ho * l.wo), 1, std::max<std::int64_t>(l.n, 1));
+}
+
+// The calling thread's buffer `which` (0: columns, 1: a product) of `size` entries.
+template <class T, int which>
+T* scratch(std::int64_t size) {
   thread_local std::vector<T> buffer;
-  buffer.resize(static_cast<std::size_t>(l.c * l.kernel * l.kernel * l.ho * l.wo));
+  buffer.resize(static_cast<std::size_t>(size));
   return buffer.data();
 }
 
+// m images' [rows, n] blocks, one after another, to one [rows, m n] matrix
+// with the images side by side (or back, `to_blocks`).
+template <class T>
+void side_by_side(const T* from, std::int64_t m, std::int64_t rows, std::int64_t n, T* to,
+                  bool to_blocks = false) {
+  for (std::int64_t k = 0; k < m; ++k)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t block = (k * rows + r) * n, side = r * m * n + k * n;
+      std::copy_n(from + (to_blocks ? side : block), n, to + (to_blocks ? block : side));
+    }
+}
+
+// y[image] = filters * col(image) for the images of each group, `batch` at a
+// time: their columns side by side in col [c k k, m ho wo], one product
+// [c_out, m ho wo], then each image's [c_out, ho wo] block copied out.
 template <class T>
 void forward(const ConvLayout& l, const T* x, const T* w, T* y) {
-  const std::int64_t ckk = l.c * l.kernel * l.kernel, hw = l.h * l.w, howo = l.ho * l.wo;
-  T* col = reads_in_place(l) ? nullptr : columns<T>(l);
+  const std::int64_t ckk = l.c * l.kernel * l.kernel, hw = l.h * l.w, howo = l.ho * l.wo,
+                     batch = images_per_gemm(l);
+  T* col = reads_in_place(l) ? nullptr : scratch<T, 0>(ckk * batch * howo);
+  T* product = batch > 1 ? scratch<T, 1>(l.c_out * batch * howo) : nullptr;
   for (std::int64_t g = 0; g < l.groups; ++g) {
     const Eigen::Map<const Matrix<T>> filters(w + g * l.c_out * ckk, l.c_out, ckk);
-    for (std::int64_t i = 0; i < l.n; ++i) {
-      const std::int64_t image = g * l.n + i;
+    for (std::int64_t first = 0; first < l.n; first += batch) {
+      const std::int64_t m = std::min(batch, l.n - first), width = m * howo,
+                         image = g * l.n + first;
       const T* source = x + image * l.c * hw;
-      if (col) im2col(l, source, col);
-      Eigen::Map<Matrix<T>> out(y + image * l.c_out * howo, l.c_out, howo);
-      out.noalias() = filters * Eigen::Map<const Matrix<T>>(col ? col : source, ckk, howo);
+      for (std::int64_t k = 0; col && k < m; ++k)
+        im2col(l, source + k * l.c * hw, col + k * howo, width);
+      T* out = m > 1 ? product : y + image * l.c_out * howo;
+      Eigen::Map<Matrix<T>>(out, l.c_out, width).noalias() =
+          filters * Eigen::Map<const Matrix<T>>(col ? col : source, ckk, width);
+      if (m > 1) side_by_side(product, m, l.c_out, howo, y + image * l.c_out * howo, true);
     }
   }
 }
 
+// dx[image] = col2im(filters^T dy[image]), `batch` images at a time: their
+// gradients gathered side by side into [c_out, m ho wo], one product.
 template <class T>
 void input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
-  const std::int64_t ckk = l.c * l.kernel * l.kernel, hw = l.h * l.w, howo = l.ho * l.wo;
+  const std::int64_t ckk = l.c * l.kernel * l.kernel, hw = l.h * l.w, howo = l.ho * l.wo,
+                     batch = images_per_gemm(l);
   const bool in_place = reads_in_place(l);
-  T* col = in_place ? nullptr : columns<T>(l);
+  T* col = in_place ? nullptr : scratch<T, 0>(ckk * batch * howo);
+  T* gathered = batch > 1 ? scratch<T, 1>(l.c_out * batch * howo) : nullptr;
   for (std::int64_t g = 0; g < l.groups; ++g) {
     const Eigen::Map<const Matrix<T>> filters(w + g * l.c_out * ckk, l.c_out, ckk);
-    for (std::int64_t i = 0; i < l.n; ++i) {
-      const std::int64_t image = g * l.n + i;
-      const Eigen::Map<const Matrix<T>> grad(dy + image * l.c_out * howo, l.c_out, howo);
+    for (std::int64_t first = 0; first < l.n; first += batch) {
+      const std::int64_t m = std::min(batch, l.n - first), width = m * howo,
+                         image = g * l.n + first;
+      const T* grad = dy + image * l.c_out * howo;
+      if (m > 1) {
+        side_by_side(grad, m, l.c_out, howo, gathered);
+        grad = gathered;
+      }
       T* target = dx + image * l.c * hw;
+      const Eigen::Map<const Matrix<T>> grads(grad, l.c_out, width);
       if (in_place) {
-        Eigen::Map<Matrix<T>>(target, ckk, howo).noalias() = filters.transpose() * grad;
+        Eigen::Map<Matrix<T>>(target, ckk, howo).noalias() = filters.transpose() * grads;
         continue;
       }
-      Eigen::Map<Matrix<T>>(col, ckk, howo).noalias() = filters.transpose() * grad;
-      std::fill(target, target + l.c * hw, T(0));
-      col2im_add(l, col, target);
+      Eigen::Map<Matrix<T>>(col, ckk, width).noalias() = filters.transpose() * grads;
+      std::fill(target, target + m * l.c * hw, T(0));
+      for (std::int64_t k = 0; k < m; ++k)
+        col2im_add(l, col + k * howo, width, target + k * l.c * hw);
     }
   }
 }
 
+// dw[group] = sum over its images of dy[image] col(image)^T, `batch` images
+// per GEMM (the gradients gathered side by side as in input_grad).
 template <class T>
 void weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
-  const std::int64_t ckk = l.c * l.kernel * l.kernel, hw = l.h * l.w, howo = l.ho * l.wo;
-  T* col = reads_in_place(l) ? nullptr : columns<T>(l);
+  const std::int64_t ckk = l.c * l.kernel * l.kernel, hw = l.h * l.w, howo = l.ho * l.wo,
+                     batch = images_per_gemm(l);
+  T* col = reads_in_place(l) ? nullptr : scratch<T, 0>(ckk * batch * howo);
+  T* gathered = batch > 1 ? scratch<T, 1>(l.c_out * batch * howo) : nullptr;
   for (std::int64_t g = 0; g < l.groups; ++g) {
     Eigen::Map<Matrix<T>> grad(dw + g * l.c_out * ckk, l.c_out, ckk);
     grad.setZero();
-    for (std::int64_t i = 0; i < l.n; ++i) {
-      const std::int64_t image = g * l.n + i;
+    for (std::int64_t first = 0; first < l.n; first += batch) {
+      const std::int64_t m = std::min(batch, l.n - first), width = m * howo,
+                         image = g * l.n + first;
       const T* source = x + image * l.c * hw;
-      if (col) im2col(l, source, col);
-      grad.noalias() += Eigen::Map<const Matrix<T>>(dy + image * l.c_out * howo, l.c_out, howo) *
-                        Eigen::Map<const Matrix<T>>(col ? col : source, ckk, howo).transpose();
+      for (std::int64_t k = 0; col && k < m; ++k)
+        im2col(l, source + k * l.c * hw, col + k * howo, width);
+      const T* dys = dy + image * l.c_out * howo;
+      if (m > 1) {
+        side_by_side(dys, m, l.c_out, howo, gathered);
+        dys = gathered;
+      }
+      grad.noalias() += Eigen::Map<const Matrix<T>>(dys, l.c_out, width) *
+                        Eigen::Map<const Matrix<T>>(col ? col : source, ckk, width).transpose();
     }
   }
 }
