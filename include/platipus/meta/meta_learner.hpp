@@ -243,7 +243,8 @@ class MetaLearner : public O::Names {
                          communicator_->size(), communicator_->name());
     if (auto obstacle = recording_obstacle<B>(*pool_, settings().task_chunks); !obstacle.empty())
       return obstacle;
-    if (const int annealing = settings().meta_optimizer.annealing_steps; steps() < annealing)
+    if (const int annealing = settings().meta_optimizer.annealing_steps;
+        annealing > 0 && steps() < annealing)
       return fmt::format(
           "the meta learning rate still anneals (step {} of {}) and a recording fixes it", steps(),
           annealing);
