@@ -275,6 +275,8 @@ struct TrainingOptions {
   platipus::Reduction query_reduction = platipus::Reduction::sum;
   // PLATIPUS's step 6 (PlatipusSettings::prior_likelihood_weight); 0: the paper's objective.
   double prior_likelihood_weight = 0;
+  // The points of PLATIPUS's posterior step (PlatipusSettings::posterior_data).
+  platipus::PosteriorData posterior_data = platipus::PosteriorData::query;
   double meta_learning_rate = 1e-3;
   // Cosine annealing of the meta learning rate to min(1e-5, meta_learning_rate)
   // over this many steps (AdamSettings::annealing_steps); 0: constant. Unset:
@@ -320,6 +322,13 @@ struct TrainingOptions {
                    "PLATIPUS: weight of the query likelihood of a model drawn from the prior, "
                    "as at test time, beside the ELBO (0: the paper's objective)")
         ->check(CLI::Range(0.0, 1e6));
+    app.add_option("--posterior-data", posterior_data,
+                   "PLATIPUS: the points of the posterior mean's gradient step: query (Algorithm "
+                   "1) or support-and-query (the inference network of Section 4.2)")
+        ->default_str(posterior_data_name())
+        ->transform(CLI::CheckedTransformer(std::map<std::string, platipus::PosteriorData>{
+            {"query", platipus::PosteriorData::query},
+            {"support-and-query", platipus::PosteriorData::support_and_query}}));
     app.add_option("--meta-learning-rate", meta_learning_rate,
                    "Adam's learning rate on the meta-parameters")
         ->check(CLI::Range(1e-12, 1e3));
@@ -364,6 +373,7 @@ struct TrainingOptions {
             {"kl_anneal_steps", kl_anneal_steps},
             {"query_reduction", query_reduction == platipus::Reduction::sum ? "sum" : "mean"},
             {"prior_likelihood_weight", prior_likelihood_weight},
+            {"posterior_data", posterior_data_name()},
             {"meta_learning_rate", meta_learning_rate},
             {"meta_learning_rate_annealing_steps", annealing},
             {"prior_variance", prior_variance},
@@ -396,6 +406,7 @@ struct TrainingOptions {
             .query_reduction = query_reduction,
             .kl_anneal_steps = static_cast<int>(kl_anneal_steps),
             .prior_likelihood_weight = prior_likelihood_weight,
+            .posterior_data = posterior_data,
             .initial_prior_variance = prior_variance,
             .initial_posterior_variance = posterior_variance,
             .initial_gamma_p = gamma,
@@ -406,6 +417,10 @@ struct TrainingOptions {
   }
 
  private:
+  // --posterior-data's spelling of the setting.
+  const char* posterior_data_name() const {
+    return posterior_data == platipus::PosteriorData::query ? "query" : "support-and-query";
+  }
   platipus::InnerLoop inner_loop_with_noise(double noise) const {
     auto loop = inner_loop;
     loop.gradient_noise = noise;

@@ -672,6 +672,10 @@ TEST_CASE("PLATIPUS's meta-gradient matches central finite differences of its ob
                                       .kl_weight = 0.7,
                                       .query_reduction = query_reduction,
                                       .prior_likelihood_weight = prior_likelihood_weight,
+                                      // both step 1's data sets, each once
+                                      .posterior_data = prior_likelihood_weight > 0
+                                                            ? PosteriorData::support_and_query
+                                                            : PosteriorData::query,
                                       .initial_prior_variance = 0.05,
                                       .initial_posterior_variance = 0.02,
                                       .initial_gamma_p = 0.03,
@@ -684,6 +688,48 @@ TEST_CASE("PLATIPUS's meta-gradient matches central finite differences of its ob
       Generator gen = noise;
       check_part_gradients(learner, learner.meta_gradient(batch, gen), objective, 1e-5, 82);
     }
+}
+
+// Step 1 on the support and query points together is step 1 on a query set
+// that holds both: the KL, which depends on the means and variances alone, is
+// the same as a query-only learner's on that batch, and not the same as its
+// KL on the batch's own query set.
+TEST_CASE("PLATIPUS's posterior can step on the support and query points together", "[platipus]") {
+  using DoublePlatipus = Platipus<nn::Sequential, GaussianNllLoss, double>;
+  const auto model =
+      nn::mlp({.inputs = 1, .hidden = {6}, .outputs = 1, .activation = nn::Activation::tanh});
+  Generator data(87);
+  const auto batch = data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
+  auto make = [&](PosteriorData posterior_data) {
+    Generator init(88);
+    return DoublePlatipus(model, GaussianNllLoss{.noise_std = 0.5},
+                          {.inner_loop = {.steps = 2, .learning_rate = 0.02},
+                           .posterior_data = posterior_data,
+                           .initial_prior_variance = 0.05,
+                           .initial_posterior_variance = 0.02,
+                           .initial_gamma_p = 0.03,
+                           .initial_gamma_q = 0.05,
+                           .threads = 1},
+                          init);
+  };
+  const auto both = make(PosteriorData::support_and_query), query = make(PosteriorData::query);
+  auto side_by_side = [](const Tensor<double>& a, const Tensor<double>& b) {
+    const std::array parts{&a, &b};
+    return raw::concat(std::span<const Tensor<double>* const>(parts), 1);
+  };
+  const TaskBatch<double> widened{.support_x = batch.support_x.clone(),
+                                  .support_y = batch.support_y.clone(),
+                                  .query_x = side_by_side(batch.support_x, batch.query_x),
+                                  .query_y = side_by_side(batch.support_y, batch.query_y)};
+  auto kl = [](const DoublePlatipus& learner, const TaskBatch<double>& b) {
+    MetaStepResult result;
+    Generator gen(89);
+    learner.meta_gradient(b, gen, &result);
+    return result.kl;
+  };
+  const double kl_both = kl(both, batch);
+  CHECK(kl_both == Approx(kl(query, widened)).epsilon(1e-12));
+  CHECK(std::abs(kl_both - kl(query, batch)) > 1e-3 * kl_both);
 }
 
 // Step 6 (docs/algorithms.md): with variances too small to matter, the

@@ -5,6 +5,7 @@
 // Meta-parameters Theta = {mu_theta, log sigma2_theta, log v_q, log gamma_p,
 // log gamma_q}, each a vector the size of the model's parameters. Per task:
 //   1. mu_q  = mu_theta - gamma_q * grad L(mu_theta, D_test)   posterior mean
+//      (or on D_train and D_test together: posterior_data)
 //   2. theta = mu_q + sqrt(v_q) * eps,  eps ~ N(0, I)           reparameterised
 //   3. phi   = theta after K SGD steps on D_train with step alpha
 //   4. mu_p  = mu_theta - gamma_p * grad L(mu_theta, D_train)  prior mean
@@ -42,6 +43,13 @@
 
 namespace platipus {
 
+// The points of the posterior mean's step (step 1). Algorithm 1 as printed
+// steps on the query points alone; Section 4.2's inference network steps on
+// the support and query points together, the posterior of all the task's data
+// that the data-dependent prior of Section 4.4, a step on the support points,
+// is compared with in the KL.
+enum class PosteriorData { query, support_and_query };
+
 struct PlatipusSettings {
   // Step 3's K steps of alpha (paper: 1e-3 regression, 1e-2 classification);
   // no gradient noise: PLATIPUS's randomness is its sampled theta.
@@ -61,6 +69,7 @@ struct PlatipusSettings {
   // (NeurIPS 2015) met the same gap in conditional VAEs and trained on this
   // hybrid of the ELBO and the prior's likelihood (docs/algorithms.md).
   double prior_likelihood_weight = 0;
+  PosteriorData posterior_data = PosteriorData::query;
   double initial_prior_variance = 0.01;      // sigma2_theta at initialisation
   double initial_posterior_variance = 0.01;  // v_q at initialisation
   double initial_gamma_p = 0.01, initial_gamma_q = 0.01;
@@ -176,7 +185,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     const auto log_vq = unflatten(v[log_v_q], layout.shapes()),
                log_s2 = unflatten(v[log_sigma2_theta], layout.shapes());
 
-    const auto mu_q = descend(mu, unflatten(exp(v[log_gamma_q]), layout.shapes()), xq, yq,
+    const auto [x_post, y_post] = posterior_points(batch, xq, yq);
+    const auto mu_q = descend(mu, unflatten(exp(v[log_gamma_q]), layout.shapes()), x_post, y_post,
                               true);  // step 1
     const auto mu_p = descend(mu, unflatten(exp(v[log_gamma_p]), layout.shapes()), xs, ys,
                               true);  // step 4
@@ -232,6 +242,17 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   }
 
  private:
+  // Step 1's points: the query set's tape constants, or the support and query
+  // sets side by side on the points axis.
+  std::pair<Var<T, B>, Var<T, B>> posterior_points(const TaskBatch<T, B>& batch,
+                                                   const Var<T, B>& xq, const Var<T, B>& yq) const {
+    if (settings_.posterior_data == PosteriorData::query) return {xq, yq};
+    Tape<T, B>& tape = xq.tape();
+    const std::array x{&batch.support_x, &batch.query_x}, y{&batch.support_y, &batch.query_y};
+    return {tape.constant(raw::concat(std::span<const Tensor<T, B>* const>(x), 1)),
+            tape.constant(raw::concat(std::span<const Tensor<T, B>* const>(y), 1))};
+  }
+
   // The query loss per task after the inner loop from theta on D_train,
   // reduced over the query points by query_reduction.
   Var<T, B> query_loss(const Pieces<T, B>& theta, const Var<T, B>& xs, const Var<T, B>& ys,
