@@ -672,7 +672,9 @@ TEST_CASE("PLATIPUS's meta-gradient matches central finite differences of its ob
                                       .kl_weight = 0.7,
                                       .query_reduction = query_reduction,
                                       .prior_likelihood_weight = prior_likelihood_weight,
-                                      // both step 1's data sets, each once
+                                      // step 1 on the support and query points in
+                                      // the two cases with a prior likelihood, on
+                                      // the query points alone in the other two
                                       .posterior_data = prior_likelihood_weight > 0
                                                             ? PosteriorData::support_and_query
                                                             : PosteriorData::query,
