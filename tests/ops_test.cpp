@@ -494,6 +494,21 @@ TEST_CASE(
                                  {2, 4, 1, 3, 3});
 }
 
+// With 16 channels or more on both sides and images of 8 x 8 or more, the
+// CPU computes 3 x 3 convolutions of stride 1 and padding 1 by Winograd's
+// F(2x2, 3x3) (backend/cpu/winograd.hpp): odd sizes leave tiles half past the
+// edges, and 35 images of 8 x 8 (16 tiles, 32 to a round of products) and 11
+// of 14 x 14 (49 tiles, 10 to a round) leave remainders.
+TEST_CASE(
+    "conv2d by Winograd's minimal filtering equals the direct convolution, and its adjoints "
+    "agree",
+    "[ops][conv]") {
+  const Window same{.kernel = 3, .stride = 1, .padding = 1};
+  check_convolution_and_adjoints(same, {2, 35, 16, 8, 8}, {2, 17, 16, 3, 3});
+  check_convolution_and_adjoints(same, {1, 11, 17, 14, 14}, {1, 16, 17, 3, 3});
+  check_convolution_and_adjoints(same, {2, 3, 16, 9, 11}, {2, 18, 16, 3, 3});
+}
+
 TEST_CASE("conv2d equals the filters times the unfolded windows (unfold, im2col)", "[ops][conv]") {
   const Window window{.kernel = 2, .stride = 2, .padding = 1};
   const auto x = normal({3, 2, 2, 5, 4}, 21), w = normal({3, 4, 2, 2, 2}, 22);

@@ -14,6 +14,7 @@
 
 #include <Eigen/Core>
 
+#include "platipus/backend/cpu/winograd.hpp"
 #include "platipus/backend/layouts.hpp"
 
 namespace platipus::detail::cpu_convolution {
@@ -40,29 +41,62 @@ inline Inside inside(const ConvLayout& l, std::int64_t b) {
 }
 
 // im2col's row (ch, a, b) for stride 1 and an output as wide as the input
-// (the "same" padding of conv4): then the row is the channel's plane shifted
-// by (a - p) w + b - p, so one copy fills it, and only the cells that read
-// past a border (whole rows above and below, a column at each side) are
-// then set to zero.
-template <class T>
-void shifted_plane(const ConvLayout& l, const T* plane, std::int64_t a, std::int64_t b, T* out) {
-  const std::int64_t p = l.padding, w = l.w, size = l.ho * l.wo;
+// (the "same" padding of conv4) is the channel's plane shifted by
+// (a - p) w + b - p: cell i of the row reads cell i + shift of the plane for
+// i in [begin, end), except the cells of rows [top, bottom) outside columns
+// [first, last), which read past a side border (as do all cells outside
+// [begin, end)). So one copy fills the row and one add returns it.
+struct PlaneShift {
+  std::int64_t top, bottom, first, last, begin, end, shift;
+  bool empty() const { return bottom == top || last == first; }
+};
+inline PlaneShift plane_shift(const ConvLayout& l, std::int64_t a, std::int64_t b) {
+  const std::int64_t p = l.padding, w = l.w;
   const auto [first, last] = inside(l, b);
   const std::int64_t top = std::clamp(p - a, std::int64_t{0}, l.ho),
                      bottom = std::clamp(l.h + p - a, top, l.ho);  // rows [top, bottom) read x
-  if (bottom == top || last == first) {
+  return {top, bottom, first, last, top * w + first, (bottom - 1) * w + last, (a - p) * w + b - p};
+}
+
+// Zeroes the cells of rows [top, bottom) that read past a side border.
+template <class T>
+void zero_sides(const ConvLayout& l, const PlaneShift& s, T* row) {
+  for (std::int64_t i = s.top; i < s.bottom; ++i) {
+    std::fill(row + i * l.w, row + i * l.w + s.first, T(0));
+    std::fill(row + i * l.w + s.last, row + (i + 1) * l.w, T(0));
+  }
+}
+
+template <class T>
+void shifted_plane(const ConvLayout& l, const T* plane, std::int64_t a, std::int64_t b, T* out) {
+  const std::int64_t size = l.ho * l.wo;
+  const PlaneShift s = plane_shift(l, a, b);
+  if (s.empty()) {
     std::fill(out, out + size, T(0));
     return;
   }
-  const std::int64_t begin = top * w + first, end = (bottom - 1) * w + last,
-                     shift = (a - p) * w + b - p;
-  std::fill(out, out + begin, T(0));
-  std::copy(plane + begin + shift, plane + end + shift, out + begin);
-  std::fill(out + end, out + size, T(0));
-  for (std::int64_t i = top; i < bottom; ++i) {
-    for (std::int64_t j = 0; j < first; ++j) out[i * w + j] = T(0);
-    for (std::int64_t j = last; j < w; ++j) out[i * w + j] = T(0);
-  }
+  std::fill(out, out + s.begin, T(0));
+  std::copy(plane + s.begin + s.shift, plane + s.end + s.shift, out + s.begin);
+  std::fill(out + s.end, out + size, T(0));
+  zero_sides(l, s, out);
+}
+
+// y[j] += x[j] for j < n; the arrays do not overlap, so it vectorises.
+template <class T>
+void add_row(const T* __restrict x, T* __restrict y, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) y[j] += x[j];
+}
+
+// The adjoint of shifted_plane: plane += the row's cells at the pixels they
+// read. The row's side cells are zeroed first (it is scratch), so that one
+// contiguous add serves all its rows: adding zero leaves a pixel's bits as
+// they were, and each pixel's terms keep their order.
+template <class T>
+void add_shifted_plane(const ConvLayout& l, T* row, std::int64_t a, std::int64_t b, T* plane) {
+  const PlaneShift s = plane_shift(l, a, b);
+  if (s.empty()) return;
+  zero_sides(l, s, row);
+  add_row(row + s.begin, plane + s.begin + s.shift, s.end - s.begin);
 }
 
 // col [c k k, ho wo] of one image x [c, h, w], its rows `ld` apart: row
@@ -100,19 +134,19 @@ void im2col(const ConvLayout& l, const T* x, T* col, std::int64_t ld) {
       }
 }
 
-// y[j] += x[j] for j < n; the arrays do not overlap, so it vectorises.
+// The adjoint of im2col: x [c, h, w] += the columns' entries at their pixels
+// (col is scratch: the "same" case zeroes its side cells).
 template <class T>
-void add_row(const T* __restrict x, T* __restrict y, std::int64_t n) {
-  for (std::int64_t j = 0; j < n; ++j) y[j] += x[j];
-}
-
-// The adjoint of im2col: x [c, h, w] += the columns' entries at their pixels.
-template <class T>
-void col2im_add(const ConvLayout& l, const T* col, std::int64_t ld, T* x) {
+void col2im_add(const ConvLayout& l, T* col, std::int64_t ld, T* x) {
   const std::int64_t k = l.kernel, s = l.stride, p = l.padding;
+  const bool same = s == 1 && l.wo == l.w;
   for (std::int64_t ch = 0; ch < l.c; ++ch)
     for (std::int64_t a = 0; a < k; ++a)
       for (std::int64_t b = 0; b < k; ++b) {
+        if (same) {
+          add_shifted_plane(l, col + ((ch * k + a) * k + b) * ld, a, b, x + ch * l.h * l.w);
+          continue;
+        }
         const auto [first, last] = inside(l, b);
         for (std::int64_t i = 0; i < l.ho; ++i) {
           const std::int64_t row = i * s + a - p;
@@ -145,6 +179,39 @@ T* scratch(std::int64_t size) {
   return buffer.data();
 }
 
+// The three products by winograd.hpp, group by group, in the calling
+// thread's buffers (transformed inputs, products, transformed filters, a
+// padded plane). `adjoint`: the input gradient, the forward of dy [.., c_out,
+// h, w] by the filters transposed and flipped, into dx [.., c, h, w].
+template <class T>
+void winograd_convolve(const ConvLayout& l, const T* in, const T* w, bool adjoint, T* out) {
+  const auto s = winograd::tiling(l);
+  const std::int64_t ld = s.images * s.per_image, hw = l.h * l.w, c_in = adjoint ? l.c_out : l.c,
+                     c_out = adjoint ? l.c : l.c_out;
+  T* v = scratch<T, 0>(winograd::points * c_in * ld);
+  T* p = scratch<T, 1>(winograd::points * c_out * ld);
+  T* u = scratch<T, 2>(winograd::points * c_out * c_in);
+  T* padded = scratch<T, 3>(winograd::padded_size(s));
+  for (std::int64_t g = 0; g < l.groups; ++g) {
+    winograd::transform_filters(w + g * c_out * c_in * 9, c_out, c_in, adjoint, u);
+    winograd::convolve(l, s, in + g * l.n * c_in * hw, c_in, c_out, u, v, p, padded,
+                       out + g * l.n * c_out * hw);
+  }
+}
+
+template <class T>
+void winograd_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
+  const auto s = winograd::tiling(l);
+  const std::int64_t ld = s.images * s.per_image, hw = l.h * l.w, c = l.c, c_out = l.c_out;
+  T* v = scratch<T, 0>(winograd::points * c * ld);
+  T* e = scratch<T, 1>(winograd::points * c_out * ld);
+  T* du = scratch<T, 2>(winograd::points * c_out * c);
+  T* padded = scratch<T, 3>(winograd::padded_size(s));
+  for (std::int64_t g = 0; g < l.groups; ++g)
+    winograd::filter_grad(l, s, x + g * l.n * c * hw, dy + g * l.n * c_out * hw, v, e, du, padded,
+                          dw + g * c_out * c * 9);
+}
+
 // m images' [rows, n] blocks, one after another, to one [rows, m n] matrix
 // with the images side by side (or back, `to_blocks`).
 template <class T>
@@ -162,6 +229,7 @@ void side_by_side(const T* from, std::int64_t m, std::int64_t rows, std::int64_t
 // [c_out, m ho wo], then each image's [c_out, ho wo] block copied out.
 template <class T>
 void forward(const ConvLayout& l, const T* x, const T* w, T* y) {
+  if (winograd::applies(l)) return winograd_convolve(l, x, w, false, y);
   const std::int64_t ckk = l.c * l.kernel * l.kernel, hw = l.h * l.w, howo = l.ho * l.wo,
                      batch = images_per_gemm(l);
   T* col = reads_in_place(l) ? nullptr : scratch<T, 0>(ckk * batch * howo);
@@ -186,6 +254,7 @@ void forward(const ConvLayout& l, const T* x, const T* w, T* y) {
 // gradients gathered side by side into [c_out, m ho wo], one product.
 template <class T>
 void input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
+  if (winograd::applies(l)) return winograd_convolve(l, dy, w, true, dx);
   const std::int64_t ckk = l.c * l.kernel * l.kernel, hw = l.h * l.w, howo = l.ho * l.wo,
                      batch = images_per_gemm(l);
   const bool in_place = reads_in_place(l);
@@ -219,6 +288,7 @@ void input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
 // per GEMM (the gradients gathered side by side as in input_grad).
 template <class T>
 void weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
+  if (winograd::applies(l)) return winograd_weight_grad(l, x, dy, dw);
   const std::int64_t ckk = l.c * l.kernel * l.kernel, hw = l.h * l.w, howo = l.ho * l.wo,
                      batch = images_per_gemm(l);
   T* col = reads_in_place(l) ? nullptr : scratch<T, 0>(ckk * batch * howo);
@@ -249,13 +319,18 @@ void max_pool(const PoolLayout& l, const T* x, T* y, std::int64_t* positions) {
     for (std::int64_t i = 0; i < l.ho; ++i)
       for (std::int64_t j = 0; j < l.wo; ++j) {
         std::int64_t best = (plane * l.h + i * l.stride) * l.w + j * l.stride;
+        T value = x[best];
         for (std::int64_t a = 0; a < l.kernel; ++a)
           for (std::int64_t b = 0; b < l.kernel; ++b) {
+            // Selects, not a branch: which is larger is a coin toss on
+            // activations, and a mispredicted branch cost a conv4 step 8%.
             const std::int64_t at = (plane * l.h + i * l.stride + a) * l.w + j * l.stride + b;
-            if (x[at] > x[best]) best = at;
+            const bool larger = x[at] > value;
+            value = larger ? x[at] : value;
+            best = larger ? at : best;
           }
         const std::int64_t out = (plane * l.ho + i) * l.wo + j;
-        y[out] = x[best];
+        y[out] = value;
         positions[out] = best;
       }
 }

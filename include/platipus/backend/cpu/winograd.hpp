@@ -1,0 +1,246 @@
+// Winograd's minimal filtering F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms
+// for Convolutional Neural Networks", CVPR 2016) for the CPU's 3x3
+// convolutions of stride 1 and padding 1, conv4's. A 2x2 block of outputs is
+// A^T [(G g G^T) . (B^T d B)] A for the 4x4 block of input d under it and the
+// filter g: 16 multiplications per pair of channels where a direct product
+// takes 36, so the GEMMs, most of a conv4 meta-step, do 2.25 times fewer
+// flops. The sum over input channels of those products is one GEMM per point
+// of the 4x4 transformed tile: [c_out, c] times [c, tiles].
+//   forward:        y = winograd(x, w)
+//   input gradient: the forward of dy with the filters transposed and flipped
+//                   (a "same" 3x3 correlation's adjoint is one too)
+//   filter grad:    the forward's adjoint, G^T [sum over tiles of
+//                   (A e A^T) . (B^T d B)] G for the output gradient's tiles e
+// A tile reaching past the image's bottom or right edge reads zeros there and
+// writes only its outputs inside.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include <Eigen/Core>
+
+#include "platipus/backend/layouts.hpp"
+
+namespace platipus::detail::winograd {
+
+template <class T>
+using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Where it pays (benchmarks/README.md): 16 channels or more on both sides
+// (with fewer, as conv4's first layer's one, the 16 products are too thin
+// to pay for the transforms) and images of 8 x 8 or more (measured: on
+// Omniglot's 7 x 7 and 3 x 3 blocks the tiles' parts past the edge and the
+// small products cost more than the saved flops).
+inline bool applies(const ConvLayout& l) {
+  return l.kernel == 3 && l.stride == 1 && l.padding == 1 && l.c >= 16 && l.c_out >= 16 &&
+         l.h >= 8 && l.w >= 8;
+}
+
+constexpr int points = 16;  // of a 4x4 transformed tile
+
+// A plane's 2x2 output tiles, and how many images one round of GEMMs takes:
+// as many as give them about 512 columns (as im2col's images_per_gemm).
+struct Tiling {
+  std::int64_t rows, cols, per_image, images;
+};
+inline Tiling tiling(const ConvLayout& l) {
+  const std::int64_t rows = (l.h + 1) / 2, cols = (l.w + 1) / 2;
+  return {rows, cols, rows * cols, std::clamp<std::int64_t>(512 / (rows * cols), 1, l.n)};
+}
+// Entries of a plane inside its border of zeros, as transform_input reads it.
+inline std::int64_t padded_size(const Tiling& s) {
+  return (2 * s.rows + 2) * (2 * s.cols + 2);
+}
+
+// u = G g G^T for each 3x3 filter g of w [rows, cols, 3, 3], into
+// u [16, rows, cols]; `transposed` reads w as [cols, rows, 3, 3] with each
+// filter flipped (the input gradient's filters).
+template <class T>
+void transform_filters(const T* w, std::int64_t rows, std::int64_t cols, bool transposed, T* u) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const T* g = w + (transposed ? c * rows + r : r * cols + c) * 9;
+      T f[3][3], t[4][3];
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) f[a][b] = transposed ? g[(2 - a) * 3 + 2 - b] : g[a * 3 + b];
+      for (int b = 0; b < 3; ++b) {  // G f
+        t[0][b] = f[0][b];
+        t[1][b] = (f[0][b] + f[1][b] + f[2][b]) / 2;
+        t[2][b] = (f[0][b] - f[1][b] + f[2][b]) / 2;
+        t[3][b] = f[2][b];
+      }
+      for (int a = 0; a < 4; ++a) {  // (G f) G^T
+        T* out = u + a * 4 * rows * cols + r * cols + c;
+        const std::int64_t next = rows * cols;
+        out[0] = t[a][0];
+        out[next] = (t[a][0] + t[a][1] + t[a][2]) / 2;
+        out[2 * next] = (t[a][0] - t[a][1] + t[a][2]) / 2;
+        out[3 * next] = t[a][2];
+      }
+    }
+}
+
+// v [16, c, tiles] = B^T d B for the 4x4 input block d of each tile of m
+// images x [m, c, h, w] (padding 1: the block of tile (i, j) starts at
+// (2 i - 1, 2 j - 1)), tile columns `ld` apart. Each plane is first copied
+// into `padded` inside a border of zeros, so that the blocks read no bounds.
+template <class T>
+void transform_input(const ConvLayout& l, const Tiling& s, const T* x, std::int64_t m,
+                     std::int64_t c, T* v, std::int64_t ld, T* padded) {
+  const std::int64_t h = l.h, w = l.w, pw = 2 * s.cols + 2, next = c * ld;
+  std::fill(padded, padded + (2 * s.rows + 2) * pw, T(0));
+  for (std::int64_t k = 0; k < m; ++k)
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      const T* plane = x + (k * c + ch) * h * w;
+      for (std::int64_t r = 0; r < h; ++r) std::copy_n(plane + r * w, w, padded + (r + 1) * pw + 1);
+      T* out = v + ch * ld + k * s.per_image;
+      for (std::int64_t i = 0; i < s.rows; ++i) {
+        const T* d0 = padded + 2 * i * pw;
+        const T *d1 = d0 + pw, *d2 = d1 + pw, *d3 = d2 + pw;
+        T* cell = out + i * s.cols;
+        for (std::int64_t j = 0; j < s.cols; ++j) {
+          T t[4][4];
+          for (int b = 0; b < 4; ++b) {  // B^T d
+            const std::int64_t at = 2 * j + b;
+            t[0][b] = d0[at] - d2[at];
+            t[1][b] = d1[at] + d2[at];
+            t[2][b] = d2[at] - d1[at];
+            t[3][b] = d1[at] - d3[at];
+          }
+          for (int a = 0; a < 4; ++a) {  // (B^T d) B
+            cell[(a * 4 + 0) * next + j] = t[a][0] - t[a][2];
+            cell[(a * 4 + 1) * next + j] = t[a][1] + t[a][2];
+            cell[(a * 4 + 2) * next + j] = t[a][2] - t[a][1];
+            cell[(a * 4 + 3) * next + j] = t[a][1] - t[a][3];
+          }
+        }
+      }
+    }
+}
+
+// y [m, c_out, h, w] = A^T p A for each tile's products p of p [16, c_out, tiles].
+template <class T>
+void transform_output(const ConvLayout& l, const Tiling& s, const T* p, std::int64_t m,
+                      std::int64_t c_out, std::int64_t ld, T* y) {
+  const std::int64_t h = l.h, w = l.w, next = c_out * ld;
+  for (std::int64_t k = 0; k < m; ++k)
+    for (std::int64_t ch = 0; ch < c_out; ++ch) {
+      T* plane = y + (k * c_out + ch) * h * w;
+      const T* in = p + ch * ld + k * s.per_image;
+      for (std::int64_t i = 0; i < s.rows; ++i)
+        for (std::int64_t j = 0; j < s.cols; ++j) {
+          const T* cell = in + i * s.cols + j;
+          T q[4][4], t[2][4];
+          for (int a = 0; a < 4; ++a)
+            for (int b = 0; b < 4; ++b) q[a][b] = cell[(a * 4 + b) * next];
+          for (int b = 0; b < 4; ++b) {  // A^T q
+            t[0][b] = q[0][b] + q[1][b] + q[2][b];
+            t[1][b] = q[1][b] - q[2][b] - q[3][b];
+          }
+          for (std::int64_t a = 0; a < 2 && 2 * i + a < h; ++a) {  // (A^T q) A
+            T* row = plane + (2 * i + a) * w + 2 * j;
+            row[0] = t[a][0] + t[a][1] + t[a][2];
+            if (2 * j + 1 < w) row[1] = t[a][1] - t[a][2] - t[a][3];
+          }
+        }
+    }
+}
+
+// e' [16, c_out, tiles] = A e A^T for each 2x2 tile e of the output gradient
+// dy [m, c_out, h, w] (zeros past the edges).
+template <class T>
+void transform_output_grad(const ConvLayout& l, const Tiling& s, const T* dy, std::int64_t m, T* e,
+                           std::int64_t ld) {
+  const std::int64_t h = l.h, w = l.w, c_out = l.c_out, next = c_out * ld;
+  for (std::int64_t k = 0; k < m; ++k)
+    for (std::int64_t ch = 0; ch < c_out; ++ch) {
+      const T* plane = dy + (k * c_out + ch) * h * w;
+      T* out = e + ch * ld + k * s.per_image;
+      for (std::int64_t i = 0; i < s.rows; ++i)
+        for (std::int64_t j = 0; j < s.cols; ++j) {
+          T g[2][2], t[4][2];
+          for (std::int64_t a = 0; a < 2; ++a)
+            for (std::int64_t b = 0; b < 2; ++b)
+              g[a][b] = 2 * i + a < h && 2 * j + b < w ? plane[(2 * i + a) * w + 2 * j + b] : T(0);
+          for (int b = 0; b < 2; ++b) {  // A g
+            t[0][b] = g[0][b];
+            t[1][b] = g[0][b] + g[1][b];
+            t[2][b] = g[0][b] - g[1][b];
+            t[3][b] = -g[1][b];
+          }
+          T* cell = out + i * s.cols + j;
+          for (int a = 0; a < 4; ++a) {  // (A g) A^T
+            cell[(a * 4 + 0) * next] = t[a][0];
+            cell[(a * 4 + 1) * next] = t[a][0] + t[a][1];
+            cell[(a * 4 + 2) * next] = t[a][0] - t[a][1];
+            cell[(a * 4 + 3) * next] = -t[a][1];
+          }
+        }
+    }
+}
+
+// dw [c_out, c, 3, 3] = G^T du G for each filter's du of du [16, c_out, c].
+template <class T>
+void transform_filter_grad(const T* du, std::int64_t c_out, std::int64_t c, T* dw) {
+  const std::int64_t next = c_out * c;
+  for (std::int64_t r = 0; r < c_out * c; ++r) {
+    T q[4][4], t[3][4];
+    for (int a = 0; a < 4; ++a)
+      for (int b = 0; b < 4; ++b) q[a][b] = du[(a * 4 + b) * next + r];
+    for (int b = 0; b < 4; ++b) {  // G^T q
+      t[0][b] = q[0][b] + (q[1][b] + q[2][b]) / 2;
+      t[1][b] = (q[1][b] - q[2][b]) / 2;
+      t[2][b] = (q[1][b] + q[2][b]) / 2 + q[3][b];
+    }
+    T* g = dw + r * 9;
+    for (int a = 0; a < 3; ++a) {  // (G^T q) G
+      g[a * 3 + 0] = t[a][0] + (t[a][1] + t[a][2]) / 2;
+      g[a * 3 + 1] = (t[a][1] - t[a][2]) / 2;
+      g[a * 3 + 2] = (t[a][1] + t[a][2]) / 2 + t[a][3];
+    }
+  }
+}
+
+// y [n, c_out, h, w] = the convolution of x [n, c_in, h, w] by the filters
+// transformed into u [16, c_out, c_in], `images` at a time.
+template <class T>
+void convolve(const ConvLayout& l, const Tiling& s, const T* x, std::int64_t c_in,
+              std::int64_t c_out, const T* u, T* v, T* p, T* padded, T* y) {
+  const std::int64_t ld = s.images * s.per_image;
+  for (std::int64_t first = 0; first < l.n; first += s.images) {
+    const std::int64_t m = std::min(s.images, l.n - first), width = m * s.per_image;
+    transform_input(l, s, x + first * c_in * l.h * l.w, m, c_in, v, ld, padded);
+    for (int point = 0; point < points; ++point)
+      Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>(p + point * c_out * ld, c_out, width,
+                                                     Eigen::OuterStride<>(ld))
+          .noalias() = Eigen::Map<const Matrix<T>>(u + point * c_out * c_in, c_out, c_in) *
+                       Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>(
+                           v + point * c_in * ld, c_in, width, Eigen::OuterStride<>(ld));
+    transform_output(l, s, p, m, c_out, ld, y + first * c_out * l.h * l.w);
+  }
+}
+
+// du [16, c_out, c] = the sum over x [n, c, h, w]'s tiles of (A e A^T) .
+// (B^T d B), `images` at a time, then dw [c_out, c, 3, 3] = G^T du G.
+template <class T>
+void filter_grad(const ConvLayout& l, const Tiling& s, const T* x, const T* dy, T* v, T* e, T* du,
+                 T* padded, T* dw) {
+  const std::int64_t ld = s.images * s.per_image, c = l.c, c_out = l.c_out;
+  std::fill(du, du + points * c_out * c, T(0));
+  for (std::int64_t first = 0; first < l.n; first += s.images) {
+    const std::int64_t m = std::min(s.images, l.n - first), width = m * s.per_image;
+    transform_input(l, s, x + first * c * l.h * l.w, m, c, v, ld, padded);
+    transform_output_grad(l, s, dy + first * c_out * l.h * l.w, m, e, ld);
+    for (int point = 0; point < points; ++point)
+      Eigen::Map<Matrix<T>>(du + point * c_out * c, c_out, c).noalias() +=
+          Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>(e + point * c_out * ld, c_out, width,
+                                                               Eigen::OuterStride<>(ld)) *
+          Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>(v + point * c * ld, c, width,
+                                                               Eigen::OuterStride<>(ld))
+              .transpose();
+  }
+  transform_filter_grad(du, c_out, c, dw);
+}
+
+}  // namespace platipus::detail::winograd
