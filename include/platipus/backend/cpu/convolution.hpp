@@ -3,8 +3,10 @@
 // side by side where an image has few output pixels (forward, input
 // gradient), and the filter gradient's products summed in the GEMM's
 // accumulator. A 1x1 convolution of stride 1 and no padding reads the image
-// in place. Threads come from the caller: the meta-learner runs chunks of
-// tasks on its pool, each chunk's groups in one call.
+// in place. 3x3 convolutions of stride 1 and padding 1 between 16 channels
+// or more, on images of 8x8 or more, go to Winograd's F(2x2, 3x3) instead
+// (winograd.hpp). Threads come from the caller: the meta-learner runs chunks
+// of tasks on its pool, each chunk's groups in one call.
 #pragma once
 
 #include <algorithm>
