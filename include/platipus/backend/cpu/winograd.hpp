@@ -89,7 +89,7 @@ template <class T>
 void transform_input(const ConvLayout& l, const Tiling& s, const T* x, std::int64_t m,
                      std::int64_t c, T* v, std::int64_t ld, T* padded) {
   const std::int64_t h = l.h, w = l.w, pw = 2 * s.cols + 2, next = c * ld;
-  std::fill(padded, padded + (2 * s.rows + 2) * pw, T(0));
+  std::fill(padded, padded + padded_size(s), T(0));
   for (std::int64_t k = 0; k < m; ++k)
     for (std::int64_t ch = 0; ch < c; ++ch) {
       const T* plane = x + (k * c + ch) * h * w;
