@@ -2,8 +2,9 @@
 // benchmark programs and matched by peers/meta_step.py's conv4 networks:
 // second-order MAML, float, 5-way 1-shot with 15 queries per class (5
 // support and 75 query images per task), 5 inner SGD steps, softmax
-// cross-entropy, on MAML's conv4 (without batch norm, which the library does
-// not have yet). Random images and labels: only the arithmetic is timed.
+// cross-entropy, on MAML's conv4 as the examples train it (with batch norm),
+// or without batch norm as a named variant. Random images and labels: only
+// the arithmetic is timed.
 #pragma once
 
 #include "platipus/platipus.hpp"
@@ -19,14 +20,13 @@ constexpr Workload miniimagenet{.channels = 3, .size = 84, .filters = 32, .tasks
 constexpr Workload omniglot{.channels = 1, .size = 28, .filters = 64, .tasks = 32};
 constexpr std::int64_t ways = 5, shots = 1, queries = 15;
 
-inline nn::Sequential network(const Workload& w) {
-  // Without batch norm, as the peers' conv4 (benchmarks/peers/meta_step.py),
-  // the network benchmarks/README.md's figures were measured on.
+// As peers/meta_step.py's conv4 (--no-batch-norm for batch_norm = false).
+inline nn::Sequential network(const Workload& w, bool batch_norm = true) {
   return nn::conv4({.channels = w.channels,
                     .size = w.size,
                     .filters = w.filters,
                     .outputs = ways,
-                    .batch_norm = false});
+                    .batch_norm = batch_norm});
 }
 
 inline MamlSettings settings(int threads) {

@@ -57,23 +57,60 @@ BENCHMARK(platipus_sinusoid<paper_network>)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Second-order MAML on conv4 (conv_workloads.hpp), on the default threads,
-// after one untimed step.
-template <const conv_workloads::Workload& W>
-void maml_conv4(benchmark::State& state) {
-  Generator gen(3);
-  Maml<nn::Sequential, SoftmaxCrossEntropyLoss> maml(
-      conv_workloads::network(W), SoftmaxCrossEntropyLoss{}, conv_workloads::settings(0), gen);
-  const auto batch = conv_workloads::batch<cpu>(W, gen);
-  maml.meta_train_step(batch, gen);  // not timed: fills the buffer caches (gigabytes, page by page)
-  for (auto _ : state) benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
+// Meta-steps of `learner` on conv4 (conv_workloads.hpp) after one untimed
+// step, which fills the buffer caches (gigabytes, page by page); reports the
+// process's peak resident memory over the benchmark beside the time.
+template <class Learner>
+void conv4_steps(benchmark::State& state, Learner& learner, const conv_workloads::Workload& w,
+                 Generator& gen) {
+  const auto batch = conv_workloads::batch<cpu>(w, gen);
+  learner.meta_train_step(batch, gen);
+  for (auto _ : state) benchmark::DoNotOptimize(learner.meta_train_step(batch, gen));
+  state.counters["peak_resident_MB"] = static_cast<double>(memory::peak_resident_bytes()) / 1e6;
 }
-BENCHMARK(maml_conv4<conv_workloads::miniimagenet>)
+
+// Second-order MAML on conv4, with batch norm (as the examples train it) or
+// without (the `_no_bn` variants), on the default threads.
+template <const conv_workloads::Workload& W, bool BatchNorm>
+void maml_conv4(benchmark::State& state) {
+  memory::reset_peak_resident();
+  Generator gen(3);
+  Maml<nn::Sequential, SoftmaxCrossEntropyLoss> maml(conv_workloads::network(W, BatchNorm),
+                                                     SoftmaxCrossEntropyLoss{},
+                                                     conv_workloads::settings(0), gen);
+  conv4_steps(state, maml, W, gen);
+}
+BENCHMARK(maml_conv4<conv_workloads::miniimagenet, true>)
     ->Name("maml_conv4/miniimagenet")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK(maml_conv4<conv_workloads::omniglot>)
+BENCHMARK(maml_conv4<conv_workloads::omniglot, true>)
     ->Name("maml_conv4/omniglot")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(maml_conv4<conv_workloads::miniimagenet, false>)
+    ->Name("maml_conv4_no_bn/miniimagenet")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(maml_conv4<conv_workloads::omniglot, false>)
+    ->Name("maml_conv4_no_bn/omniglot")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// PLATIPUS (Algorithm 1, one mean step for the prior and the posterior) on
+// conv4 with batch norm, the MiniImagenet-sized workload.
+void platipus_conv4(benchmark::State& state) {
+  memory::reset_peak_resident();
+  Generator gen(4);
+  const auto maml = conv_workloads::settings(0);
+  Platipus<nn::Sequential, SoftmaxCrossEntropyLoss> model(
+      conv_workloads::network(conv_workloads::miniimagenet), SoftmaxCrossEntropyLoss{},
+      {.inner_loop = maml.inner_loop, .threads = maml.threads, .task_chunks = maml.task_chunks},
+      gen);
+  conv4_steps(state, model, conv_workloads::miniimagenet, gen);
+}
+BENCHMARK(platipus_conv4)
+    ->Name("platipus_conv4/miniimagenet")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

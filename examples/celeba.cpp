@@ -265,8 +265,7 @@ int main(int argc, char** argv) {
   bool no_plot = false;
   app.add_flag("--no-plot", no_plot, "do not call the plot script");
   CLI11_PARSE(app, argc, argv);
-  run.apply_quick(app, o);
-  if (run.quick && app.count("--eval-tasks") == 0) run.eval_tasks = 20;
+  run.apply_quick(app, o, 20, 20);
   const fs::path root = data_directory(o.data_dir, "PLATIPUS_CELEBA_DIR");
   if (root.empty() || !fs::is_directory(root)) {
     fmt::print(stderr,

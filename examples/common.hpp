@@ -441,7 +441,9 @@ struct RunFlags {
   void add_flags(CLI::App& app) {
     app.add_option("--out", out, "output directory (metrics, results, figures, checkpoint)")
         ->check(output_directory);
-    app.add_flag("--quick", quick, "a few hundred steps and a small evaluation: a smoke test");
+    app.add_flag("--quick", quick,
+                 "a few minutes' training and a small evaluation (unless --steps and "
+                 "--eval-tasks say otherwise): a smoke test");
     app.add_option("--checkpoint", checkpoint,
                    "checkpoint file to write (default DIR/checkpoint.safetensors) or, with "
                    "--eval-only, to read");
@@ -454,11 +456,12 @@ struct RunFlags {
   }
 
   // After parsing: --quick's step and task counts where the command line
-  // gave none.
-  void apply_quick(const CLI::App& app, TrainingOptions& o) {
+  // gave none; a few minutes on two cores (the image programs take fewer
+  // steps, each costs seconds).
+  void apply_quick(const CLI::App& app, TrainingOptions& o, long steps = 200, long tasks = 100) {
     if (!quick) return;
-    if (app.count("--steps") == 0) o.steps = 200;
-    if (app.count("--eval-tasks") == 0) eval_tasks = 100;
+    if (app.count("--steps") == 0) o.steps = steps;
+    if (app.count("--eval-tasks") == 0) eval_tasks = tasks;
   }
 };
 
@@ -590,19 +593,6 @@ void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptio
   });
 }
 
-// Bytes of memory available to a new process (MemAvailable in
-// /proc/meminfo); 0 when that cannot be read.
-inline std::uint64_t available_memory() {
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  unsigned long long kib = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-  std::fclose(f);
-  return kib * 1024;
-}
-
 // Refuses, before training starts, a run whose meta-step needs more memory
 // than the machine has, by a lower bound: each of the K inner steps of
 // second-order MAML keeps every task's parameters on the tape (the
@@ -612,29 +602,12 @@ inline std::uint64_t available_memory() {
 inline void check_memory(const TrainingOptions& o, std::int64_t parameters) {
   const double bytes = static_cast<double>(o.meta_batch) * static_cast<double>(parameters) *
                        sizeof(float) * (o.inner_loop.steps + 1.0);
-  const auto available = available_memory();
+  const auto available = platipus::memory::available_bytes();
   platipus::check(o.force || available == 0 || bytes <= static_cast<double>(available), "memory",
                   "a meta-step of {} tasks and {} inner steps needs at least {:.1f} GB, and {:.1f} "
                   "GB are available; use a smaller --meta-batch or --inner-steps, or --force",
                   o.meta_batch, o.inner_loop.steps, bytes / 1e9,
                   static_cast<double>(available) / 1e9);
-}
-
-// The peak resident memory of this process in bytes (Linux's VmHWM) since
-// reset_peak_memory, which says whether it could reset it.
-inline bool reset_peak_memory() {
-  std::ofstream clear_refs("/proc/self/clear_refs");
-  return static_cast<bool>(clear_refs << "5" << std::flush);
-}
-inline std::uint64_t status_bytes(const char* key) {
-  std::ifstream status("/proc/self/status");
-  for (std::string word; status >> word;)
-    if (word == key) {
-      std::uint64_t kib = 0;
-      status >> kib;
-      return kib * 1024;
-    }
-  return 0;
 }
 
 // Refuses, before `learner` trains, a run whose tasks in flight need more
@@ -647,13 +620,17 @@ inline std::uint64_t status_bytes(const char* key) {
 template <class Learner, class Sampler>
 void check_task_memory(const std::string& name, const Learner& learner, const Sampler& sampler,
                        const TrainingOptions& o) {
-  if (!std::is_same_v<ExampleBackend, platipus::cpu> || o.force || !reset_peak_memory()) return;
+  if (!std::is_same_v<ExampleBackend, platipus::cpu> || o.force ||
+      !platipus::memory::reset_peak_resident())
+    return;
   // Available before the task: after it, this process's heap keeps much of
   // what the task freed.
-  const std::uint64_t available = available_memory(), before = status_bytes("VmRSS:");
+  const std::uint64_t available = platipus::memory::available_bytes(),
+                      before = platipus::memory::resident_bytes();
   platipus::Generator gen(o.seed, 99);
   learner.meta_gradient(sampler.sample(1, gen), gen);
-  const std::uint64_t peak = status_bytes("VmHWM:"), task = peak - std::min(before, peak);
+  const std::uint64_t peak = platipus::memory::peak_resident_bytes(),
+                      task = peak - std::min(before, peak);
   // Distributed, a rank runs tasks of its slice (rank 0's is the largest),
   // and the ranks on this machine share its memory.
   const long slice =

@@ -219,7 +219,7 @@ inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, ch
   RunFlags run("out/" + p.name);
   run.add_flags(app);
   CLI11_PARSE(app, argc, argv);
-  run.apply_quick(app, o);
+  run.apply_quick(app, o, 20, 20);
   const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
   const fs::path root = data_directory(o.data_dir, p.data_variable.c_str());
   if (root.empty() || !fs::is_directory(root)) {

@@ -248,3 +248,35 @@ TEST_CASE("10,000 record / grad / tape-end cycles keep resident memory flat", "[
   INFO("resident before " << before << " KiB, after " << after << " KiB");
   CHECK(after - before < 1024);
 }
+
+// Values that no backward rule reads are released once no one can read them
+// (Tape::release): a forward pass under NoGradGuard keeps only its input and
+// output, and a gradient sweep without create_graph only the gradients it
+// returns (and the few per-channel tensors that views keep).
+TEST_CASE("the tape keeps what a gradient can read, and no more", "[grad][memory]") {
+  const auto network = nn::conv4({.channels = 2, .size = 16, .filters = 8, .outputs = 3});
+  Generator gen(5);
+  const auto params = network.initialize<float>(gen);
+  const auto images = raw::normal<float>({2, 6, 2, 16, 16}, gen);
+  Tape<float> tape;
+  const auto theta = tape.variable(params.clone());
+  const auto x = tape.constant(images.clone());
+  const std::size_t inputs = tape.live_bytes();
+  REQUIRE(inputs == params.bytes() + images.bytes());
+  {
+    NoGradGuard no_grad;
+    const auto y = network.forward(theta, x);
+    // The last block's output [2, 6, 8, 1, 1] stays too: flatten's result views it.
+    const std::size_t flattened = 2 * 6 * 8 * sizeof(float);
+    CHECK(tape.live_bytes() == inputs + flattened + y.value().bytes());
+    // Its first block alone makes five tensors the size of its 8-channel output.
+    CHECK(tape.peak_bytes() < inputs + 5 * 4 * images.bytes());
+  }
+  const std::size_t before = tape.live_bytes();
+  const auto y = network.forward(theta, x);
+  const std::size_t recorded = tape.live_bytes() - before;
+  const auto g = grad(sum(square(y)), theta);
+  const std::size_t left = tape.live_bytes() - before - recorded;
+  CHECK(left >= g.value().bytes());
+  CHECK(left < g.value().bytes() + 4096);  // a few [..., C] tensors that reshapes view
+}

@@ -646,3 +646,61 @@ TEST_CASE("conv2d and max_pool2d refuse shapes that do not fit, naming them",
                     Contains("bias"));
   CHECK_THROWS_WITH(max_pool2d(x, {.kernel = 2, .stride = 0}), Contains("stride 0"));
 }
+
+TEST_CASE(
+    "batch_norm normalises each task's channel over its samples and positions, and its closed-form "
+    "backward matches finite differences to the third order",
+    "[ops][batch_norm][gradcheck]") {
+  const Shape images{2, 3, 4, 2, 3};  // tasks, samples, channels, height, width
+  const auto x = normal(images, 61, 0.5, 2);
+  {  // the definition, as a chain of elementwise ops
+    Tape<double> tape;
+    const auto X = tape.constant(x.clone());
+    const std::vector<int> axes{-4, -2, -1};
+    const auto centred = X - mean(X, axes, true);
+    const auto expected = centred / sqrt(mean(square(centred), axes, true) + 1e-3);
+    const auto got = batch_norm(X, 2, 1e-3).to_vector(), want = expected.to_vector();
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
+  }
+  // Through a nonlinearity and weighted by x again, so that no derivative is trivially zero.
+  const auto weighted = [](int positions) {
+    return [positions](std::span<const V> v) {
+      return sum(tanh(batch_norm(v[0], positions, 1e-3)) * v[0]);
+    };
+  };
+  check_derivatives(weighted(2), list(x.clone()));
+  check_derivatives(weighted(0), list(normal({3, 5, 4}, 62)));  // feature vectors [T, N, F]
+  // batch_norm_backward in each of its inputs (x_hat and r as batch_norm makes them).
+  check_derivatives(
+      [](std::span<const V> v) {
+        const auto x_hat = batch_norm(v[0], 2, 1e-3);
+        const auto r = reshape(v[1], {2, 1, 4, 1, 1});
+        return sum(square(batch_norm_backward(x_hat, r, v[2], 2)));
+      },
+      list(x.clone(), positive({2, 4}, 63), normal(images, 64)));
+  // Third order: F(x) = <d/dx L(x), u>; F's first and second derivatives are L's second and third.
+  const auto u = normal(images, 65);
+  check_derivatives(
+      [&](std::span<const V> v) {
+        const auto loss = sum(tanh(batch_norm(v[0], 2, 1e-3)) * v[0]);
+        const auto g = grad(loss, std::span<const V>(&v[0], 1), {.create_graph = true});
+        return sum(g[0] * v[0].tape().constant(u.clone()));
+      },
+      list(x.clone()));
+}
+
+TEST_CASE("batch_norm refuses a single value per channel, a non-positive epsilon and mismatches",
+          "[ops][batch_norm][errors]") {
+  Tape<double> tape;
+  const auto one_sample = tape.variable(normal({2, 1, 3}, 66));
+  CHECK_THROWS_WITH(batch_norm(one_sample, 0, 1e-5),
+                    Contains("batch_norm") && Contains("[2, 1, 3]") && Contains("no variance"));
+  CHECK_NOTHROW(batch_norm(tape.variable(normal({1, 1, 2, 2, 1}, 67)), 2, 1e-5));  // 2 positions
+  const auto x = tape.variable(normal({2, 3, 4}, 68));
+  CHECK_THROWS_WITH(batch_norm(x, 0, 0.0), Contains("batch_norm") && Contains("epsilon"));
+  CHECK_THROWS_WITH(batch_norm(x, 2, 1e-5), Contains("batch_norm") && Contains("[2, 3, 4]"));
+  const auto x_hat = batch_norm(x, 0, 1e-5);
+  CHECK_THROWS_WITH(
+      batch_norm_backward(x_hat, tape.constant(Tensor<double>::ones({2, 1, 3})), x_hat, 0),
+      Contains("batch_norm_backward") && Contains("[2, 1, 3]"));
+}

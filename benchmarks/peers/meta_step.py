@@ -13,9 +13,11 @@ Networks: small = 1-40-40-1 ReLU; paper = 20-dim bias transformation + 3 x 100 R
 Image workloads (maml only, as benchmarks/conv_workloads.hpp): second-order
 MAML on 5-way 1-shot tasks with 15 queries per class (5 support and 75 query
 images per task), 5 inner SGD steps, softmax cross-entropy, one Adam step, on
-MAML's conv4 (4 blocks of 3x3 convolution with bias, ReLU and 2x2 max pooling,
-then a linear layer; no batch norm on either side: platipus's workload sets
-batch_norm = false):
+MAML's conv4 as the examples train it: 4 blocks of 3x3 convolution with
+bias, batch norm (each task's batch statistics, no running statistics; scale
+and shift adapted in the inner loop like every parameter), ReLU and 2x2 max
+pooling, then a linear layer. --no-batch-norm drops the batch norm (platipus's
+maml_conv4_no_bn benchmarks):
   conv4-miniimagenet  84x84x3 images, 32 filters, meta-batch 4
   conv4-omniglot      28x28x1 images, 64 filters, meta-batch 32
 Random images and labels: only the arithmetic is timed. Both frameworks run
@@ -185,15 +187,23 @@ def torch_timed(torch, device, meta_step):
     return timed
 
 
-def conv_shapes(network):
-    """[(weight shape, bias shape)] of conv4 for a network of CONV_NETWORKS, in OIHW."""
+def conv_shapes(network, batch_norm):
+    """[(shape, init)] of conv4's parameters for a network of CONV_NETWORKS, in OIHW, in
+    platipus's layout order: per block the filters, their bias and, with batch norm, its scale
+    and shift; then the linear layer's weight and bias. init: "fan_in" (uniform in +-1/sqrt(fan
+    in)), "zeros" or "ones"."""
     channels, size, filters, _ = CONV_NETWORKS[network]
     shapes = []
     for _ in range(4):
-        shapes.append(((filters, channels, 3, 3), (filters,)))
+        shapes += [((filters, channels, 3, 3), "fan_in"), ((filters,), "zeros")]
+        if batch_norm:
+            shapes += [((filters,), "ones"), ((filters,), "zeros")]
         channels, size = filters, size // 2
-    shapes.append(((filters * size * size, WAYS), (WAYS,)))
-    return shapes
+    return shapes + [((filters * size * size, WAYS), "fan_in"), ((WAYS,), "zeros")]
+
+
+def fan_in_bound(shape):
+    return 1 / math.sqrt(math.prod(shape[1:]) if len(shape) == 4 else shape[0])
 
 
 def run_torch_conv(args):
@@ -208,17 +218,22 @@ def run_torch_conv(args):
     ys = (torch.arange(support) % WAYS).repeat(tasks, 1).to(device)
     yq = (torch.arange(query) % WAYS).repeat(tasks, 1).to(device)
     base = []
-    for w_shape, b_shape in conv_shapes(args.network):
-        fan_in = math.prod(w_shape[1:]) if len(w_shape) == 4 else w_shape[0]
-        bound = 1 / math.sqrt(fan_in)
-        base.append(((torch.rand(w_shape, generator=generator) * 2 - 1) * bound).to(device).requires_grad_())
-        base.append(torch.zeros(b_shape, device=device, requires_grad=True))
+    for shape, init in conv_shapes(args.network, args.batch_norm):
+        if init == "fan_in":
+            value = (torch.rand(shape, generator=generator) * 2 - 1) * fan_in_bound(shape)
+        else:
+            value = torch.zeros(shape) if init == "zeros" else torch.ones(shape)
+        base.append(value.to(device).requires_grad_())
     optimizer = torch.optim.Adam(base, lr=1e-3)
+    per_block = 4 if args.batch_norm else 2
 
     def forward(params, x):
-        for i in range(0, 8, 2):
-            x = F.max_pool2d(F.relu(F.conv2d(x, params[i], params[i + 1], padding=1)), 2)
-        return x.flatten(1) @ params[8] + params[9]
+        for i in range(0, 4 * per_block, per_block):
+            x = F.conv2d(x, params[i], params[i + 1], padding=1)
+            if args.batch_norm:  # the batch's statistics, as MAML's reference code
+                x = F.batch_norm(x, None, None, params[i + 2], params[i + 3], training=True)
+            x = F.max_pool2d(F.relu(x), 2)
+        return x.flatten(1) @ params[-2] + params[-1]
 
     def loss(params, x, y):
         return F.cross_entropy(forward(params, x), y)
@@ -268,19 +283,31 @@ def run_jax_conv(args):
         jax.random.normal(keys[1], (tasks, query, channels, size, size)),
         jnp.tile(jnp.arange(query) % WAYS, (tasks, 1)))]
     theta = []
-    for k, (w_shape, b_shape) in zip(keys[2:], conv_shapes(args.network)):
-        fan_in = math.prod(w_shape[1:]) if len(w_shape) == 4 else w_shape[0]
-        bound = 1 / math.sqrt(fan_in)
-        theta += [jax.device_put(jax.random.uniform(k, w_shape, minval=-bound, maxval=bound), device),
-                  jax.device_put(jnp.zeros(b_shape), device)]
+    shapes = conv_shapes(args.network, args.batch_norm)
+    for k, (shape, init) in zip(jax.random.split(keys[2], len(shapes)), shapes):
+        if init == "fan_in":
+            bound = fan_in_bound(shape)
+            value = jax.random.uniform(k, shape, minval=-bound, maxval=bound)
+        else:
+            value = jnp.zeros(shape) if init == "zeros" else jnp.ones(shape)
+        theta.append(jax.device_put(value, device))
+    per_block = 4 if args.batch_norm else 2
+
+    def channel(v):
+        return v[None, :, None, None]
 
     def forward(params, x):
-        for i in range(0, 8, 2):
+        for i in range(0, 4 * per_block, per_block):
             x = jax.lax.conv_general_dilated(x, params[i], (1, 1), ((1, 1), (1, 1)),
                                              dimension_numbers=("NCHW", "OIHW", "NCHW"))
-            x = jax.nn.relu(x + params[i + 1][None, :, None, None])
+            x = x + channel(params[i + 1])
+            if args.batch_norm:  # the batch's statistics, biased variance, epsilon 1e-5
+                mean = jnp.mean(x, axis=(0, 2, 3), keepdims=True)
+                variance = jnp.mean(jnp.square(x - mean), axis=(0, 2, 3), keepdims=True)
+                x = (x - mean) / jnp.sqrt(variance + 1e-5) * channel(params[i + 2]) + channel(params[i + 3])
+            x = jax.nn.relu(x)
             x = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
-        return x.reshape(x.shape[0], -1) @ params[8] + params[9]
+        return x.reshape(x.shape[0], -1) @ params[-2] + params[-1]
 
     def loss(params, x, y):
         logp = jax.nn.log_softmax(forward(params, x))
@@ -398,7 +425,15 @@ def measure(args):
     times = [timed() for _ in range(args.repeats)]
     return {"framework": args.framework, "mode": args.mode, "algorithm": args.algorithm,
             "network": args.network, "device": args.device, "precision": args.precision,
-            "ms_per_step": round(1000 * statistics.median(times), 3), "repeats": args.repeats}
+            "batch_norm": args.batch_norm if conv else None,
+            "ms_per_step": round(1000 * statistics.median(times), 3), "repeats": args.repeats,
+            "peak_resident_mb": round(peak_resident_mb())}
+
+
+def peak_resident_mb():
+    """The process's peak resident set (Linux: ru_maxrss in KiB), interpreter included."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def parser():
@@ -413,6 +448,8 @@ def parser():
     result.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
                         help="fp32: full float32 on the GPU (no TF32); tf32: the framework's GPU default")
     result.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
+    result.add_argument("--no-batch-norm", dest="batch_norm", action="store_false",
+                        help="conv4 without batch norm (the image workloads have it by default)")
     return result
 
 

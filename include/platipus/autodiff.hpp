@@ -6,6 +6,7 @@
 #include "platipus/autodiff/gradcheck.hpp"
 #include "platipus/autodiff/ops/activations.hpp"
 #include "platipus/autodiff/ops/arithmetic.hpp"
+#include "platipus/autodiff/ops/batch_norm.hpp"
 #include "platipus/autodiff/ops/broadcast.hpp"
 #include "platipus/autodiff/ops/concat.hpp"
 #include "platipus/autodiff/ops/convolution.hpp"

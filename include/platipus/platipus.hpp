@@ -3,6 +3,7 @@
 #pragma once
 
 #include "platipus/autodiff.hpp"
+#include "platipus/core/memory.hpp"
 #include "platipus/data/circles.hpp"
 #include "platipus/data/sinusoid_line.hpp"
 #include "platipus/meta/ambiguity.hpp"

@@ -8,9 +8,15 @@
 // differentiable; without it they run with recording off and return
 // constants. The tape is never consumed: grad can be called again on the
 // same outputs until the tape ends (PyTorch's retain_graph, always on).
+//
+// What the sweep itself makes (a rule's temporaries, a value's gradient once
+// its producer has used it) is released as soon as nothing can read it: no
+// slot holds it and no recorded rule saved it (Tape::release). So without
+// create_graph the sweep keeps a frontier of gradients, not one per value.
 #pragma once
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "platipus/autodiff/ops/arithmetic.hpp"
@@ -95,10 +101,37 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
 
     GradModeGuard mode(options.create_graph);
     std::vector<Var<T, B>> grads(span);
+    // How many slots hold each value made from here on (id >= fresh).
+    const std::size_t fresh = tape.values();
+    std::vector<std::uint32_t> holds;
+    auto held = [&](const Var<T, B>& g) -> std::uint32_t* {
+      const std::size_t id = g.record()->id;
+      if (id < fresh) return nullptr;
+      if (holds.size() <= id - fresh) holds.resize(tape.values() - fresh, 0);
+      return &holds[id - fresh];
+    };
+    auto release_unheld = [&](const Var<T, B>& g) {
+      if (auto* h = held(g); h && *h == 0) tape.release(g.record());
+    };
+    auto let_go = [&](const Var<T, B>& g) {
+      if (auto* h = held(g); h && --*h == 0) tape.release(g.record());
+    };
     auto accumulate = [&](const Value* v, Var<T, B> g) {
       Var<T, B>& s = grads[slot(v)];
-      s = s.defined() ? add(s, g) : g;
+      if (!s.defined()) {
+        s = g;
+        if (auto* h = held(g)) ++*h;
+        return;
+      }
+      const Var<T, B> previous = s;
+      s = add(previous, g);
+      ++*held(s);
+      let_go(previous);
+      release_unheld(g);
     };
+    std::vector<char> wanted(span, 0);  // slots read after the sweep
+    for (const auto& x : inputs)
+      if (x.requires_grad() && in_range(x.record())) wanted[slot(x.record())] = 1;
     for (std::size_t k = 0; k < outputs.size(); ++k) {
       const Value* y = outputs[k].record();
       if (!in_range(y) || !reaches[slot(y)]) continue;
@@ -126,6 +159,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       }
       if (!any_need) continue;
       in_grads.assign(node->inputs.size(), Var<T, B>());
+      const std::size_t made = tape.values();
       Backward<T, B> context(*node, out_grads, needs, in_grads);
       node->backward(context);
       for (std::size_t i = 0; i < node->inputs.size(); ++i) {
@@ -134,6 +168,14 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
               "the backward rule of '{}' gave shape {} for input {} of shape {}", node->name,
               in_grads[i].shape(), i, node->inputs[i]->data.shape());
         accumulate(node->inputs[i], in_grads[i]);
+      }
+      // The rule's temporaries, then this node's output gradients: used up.
+      for (std::size_t id = made; id < tape.values(); ++id)
+        release_unheld(Var<T, B>(tape.value_at(id)));
+      for (const Value* v : node->outputs) {
+        if (wanted[slot(v)] || !grads[slot(v)].defined()) continue;
+        const Var<T, B> g = std::exchange(grads[slot(v)], Var<T, B>());
+        let_go(g);
       }
     }
     for (std::size_t i = 0; i < inputs.size(); ++i)

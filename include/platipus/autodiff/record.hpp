@@ -44,7 +44,28 @@ class Backward {
   std::span<Var<T, B>> results_;
 };
 
+// Which values an op's backward rule reads beyond their shapes: bit i of
+// `inputs` for input i, `outputs` for its own outputs. The tape keeps those
+// buffers alive for the rule and may release the others early (Tape::release).
+// Recording assumes everything is read unless an op says otherwise.
+struct Saved {
+  std::uint32_t inputs = ~std::uint32_t{0};
+  bool outputs = true;
+};
+// For rules that read shapes only (add, reshape, expand, ...).
+inline constexpr Saved saves_nothing{.inputs = 0, .outputs = false};
+// For rules that read their inputs but not their result (mul, conv2d, ...).
+inline constexpr Saved saves_inputs{.outputs = false};
+
 namespace detail {
+
+template <class T, class B>
+void mark_saved(Node<T, B>& node, Saved saved) {
+  for (std::size_t i = 0; i < node.inputs.size(); ++i)
+    if (i >= 32 || (saved.inputs >> i & 1u)) node.inputs[i]->saved = true;
+  if (saved.outputs)
+    for (auto* v : node.outputs) v->saved = true;
+}
 
 // The tape shared by all inputs; throws when they come from different tapes.
 template <class T, class B>
@@ -71,26 +92,28 @@ bool should_record(std::span<const Var<T, B>> inputs) {
 
 template <class T, class B, class Rule>
 Var<T, B> record(const char* name, std::span<const Var<T, B>> inputs, Tensor<T, B> result,
-                 Rule&& rule) {
+                 Rule&& rule, Saved saved = {}) {
   Tape<T, B>& tape = detail::common_tape(name, inputs);
   if (!detail::should_record(inputs))
     return Var<T, B>(tape.make_value(std::move(result), nullptr, 0, false));
   auto* node = tape.make_node(name, inputs, 1, std::forward<Rule>(rule));
   node->outputs[0] = tape.make_value(std::move(result), node, 0, true);
+  detail::mark_saved(*node, saved);
   return Var<T, B>(node->outputs[0]);
 }
 
 template <class T, class B, class Rule>
 Var<T, B> record(const char* name, std::initializer_list<Var<T, B>> inputs, Tensor<T, B> result,
-                 Rule&& rule) {
+                 Rule&& rule, Saved saved = {}) {
   return record(name, std::span<const Var<T, B>>(inputs.begin(), inputs.size()), std::move(result),
-                std::forward<Rule>(rule));
+                std::forward<Rule>(rule), saved);
 }
 
 // An op with several outputs (split): one node, one Var per result.
 template <class T, class B, class Rule>
 std::vector<Var<T, B>> record_many(const char* name, std::span<const Var<T, B>> inputs,
-                                   std::vector<Tensor<T, B>> results, Rule&& rule) {
+                                   std::vector<Tensor<T, B>> results, Rule&& rule,
+                                   Saved saved = {}) {
   Tape<T, B>& tape = detail::common_tape(name, inputs);
   std::vector<Var<T, B>> out;
   out.reserve(results.size());
@@ -104,6 +127,7 @@ std::vector<Var<T, B>> record_many(const char* name, std::span<const Var<T, B>> 
         tape.make_value(std::move(results[k]), node, static_cast<std::uint32_t>(k), true);
     out.emplace_back(node->outputs[k]);
   }
+  detail::mark_saved(*node, saved);
   return out;
 }
 

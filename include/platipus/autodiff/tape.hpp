@@ -8,6 +8,7 @@
 // pointer and is valid while its tape lives.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -39,6 +40,12 @@ struct Value {
   std::uint32_t id = 0;            // position on the tape, in creation order
   std::uint32_t output_index = 0;  // which output of `producer`
   bool requires_grad = false;
+  // Whether a recorded backward rule reads this value's elements (not just
+  // its shape), and whether another value views its buffer (a reshape):
+  // the buffer of a value that is neither can be released once no one holds
+  // it (Tape::release), as PyTorch frees what no saved variable refers to.
+  bool saved = false;
+  bool viewed = false;
 };
 
 // One recorded op: its inputs and outputs and the rule that maps output
@@ -118,6 +125,30 @@ class Tape {
   std::size_t values() const { return values_.size(); }
   std::size_t nodes() const { return nodes_.size(); }
 
+  // Bytes of the buffers its values own, now and at most so far: what the
+  // tape keeps alive (views and released values count nothing).
+  std::size_t live_bytes() const { return live_bytes_; }
+  std::size_t peak_bytes() const { return peak_bytes_; }
+
+  // Frees a value's buffer, keeping its shape, when no backward rule reads
+  // it and nothing views it; the caller vouches that no Var to it will read
+  // it again. Returns whether it freed anything.
+  bool release(Value* v) {
+    if (v->saved || v->viewed || v->data.empty() || v->data.is_view()) return false;
+    live_bytes_ -= v->data.bytes();
+    v->data.release_buffer();
+    return true;
+  }
+  // Releases (as `release`) every value from id `first` on but `kept`:
+  // the temporaries of a computation whose only result is `kept`.
+  void release_since(std::size_t first, std::span<const Var<T, B>> kept) {
+    for (std::size_t id = first; id < values_.size(); ++id) {
+      Value* v = values_[id];
+      if (std::ranges::none_of(kept, [v](const Var<T, B>& k) { return k.record() == v; }))
+        release(v);
+    }
+  }
+
   // Internal: used by `record` and the backward engine.
   Value* make_value(Tensor<T, B> data, Node* producer, std::uint32_t output_index,
                     bool requires_grad) {
@@ -129,6 +160,10 @@ class Tape {
     v->output_index = output_index;
     v->requires_grad = requires_grad;
     values_.push_back(v);
+    if (!v->data.is_view()) {
+      live_bytes_ += v->data.bytes();
+      peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+    }
     return v;
   }
 
@@ -152,6 +187,7 @@ class Tape {
   detail::Arena arena_;
   std::vector<Value*> values_;
   std::vector<Node*> nodes_;
+  std::size_t live_bytes_ = 0, peak_bytes_ = 0;
 };
 
 }  // namespace platipus

@@ -21,7 +21,8 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            const BroadcastLayout& bl, const ReduceLayout& rl, const CopyLayout& cl,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
                            const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool,
-                           std::int64_t* positions, std::uint64_t u, const TaskStreams& ts) {
+                           const NormLayout& norm, std::int64_t* positions, std::uint64_t u,
+                           const TaskStreams& ts) {
   // A human-readable device name, for messages.
   { B::name } -> std::convertible_to<const char*>;
   // How many host threads a learner spreads a meta-batch's tasks over when
@@ -93,6 +94,14 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   // first in row-major order among equal ones), for gather / scatter_add.
   {B::max_pool2d(pool, x, y, positions)};
   {B::max_pool2d(pool, xd, yd, positions)};
+
+  // Batch normalisation per group (NormLayout): x_hat = (x - mean) * inv_std
+  // with inv_std = 1 / sqrt(biased variance + epsilon), one per group; and
+  // its backward, dx = inv_std (g - mean(g) - x_hat mean(x_hat g)).
+  {B::batch_norm(norm, x, 1.0f, y, y)};
+  {B::batch_norm(norm, xd, 1.0, yd, yd)};
+  {B::batch_norm_backward(norm, x, x, x, y)};
+  {B::batch_norm_backward(norm, xd, xd, xd, yd)};
 
   // Philox 4x32-10 fills from (seed, stream, first block); see core/philox.hpp.
   {B::fill_uniform(y, n, u, u, u)};

@@ -104,6 +104,17 @@ struct ConvLayout {
   bool operator==(const ConvLayout&) const = default;
 };
 
+// Batch normalisation's groups: x viewed as [outer, n, c, inner] and
+// normalised per (outer, c) over its n * inner elements: a task's channel
+// over the task's samples and their positions. Per-group statistics are
+// [outer, c], one after another.
+struct NormLayout {
+  std::int64_t outer = 1, n = 1, c = 1, inner = 1;
+  PLATIPUS_HD std::int64_t groups() const { return outer * c; }
+  PLATIPUS_HD std::int64_t count() const { return n * inner; }
+  PLATIPUS_HD std::int64_t numel() const { return outer * n * c * inner; }
+};
+
 // Max pooling over `planes` images [h, w] (no padding): y [planes, ho, wo],
 // and for each output the position of its maximum in the whole input, an
 // index into x as a flat array.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "platipus/autodiff.hpp"
+#include "platipus/autodiff/ops/batch_norm.hpp"
 #include "platipus/autodiff/ops/convolution.hpp"
 #include "platipus/autodiff/ops/pooling.hpp"
 #include "platipus/nn/layer.hpp"
@@ -160,7 +161,9 @@ struct MaxPool2d {
 // per channel, over the N samples (and the H W positions of images) of the
 // call: y = (x - mean) / sqrt(var + epsilon) * scale + shift, var the biased
 // variance, scale [F] (ones) and shift [F] (zeros) learned, F the features
-// of vectors [..., N, F] or the channels of images [..., N, C, H, W].
+// of vectors [..., N, F] or the channels of images [..., N, C, H, W]. The
+// normalisation is one op with a closed-form backward
+// (autodiff/ops/batch_norm.hpp).
 struct BatchNorm {
   static constexpr std::string_view name = "batch_norm";
   double epsilon = 1e-5;      // PyTorch's default
@@ -187,11 +190,7 @@ struct BatchNorm {
     check(x.rank() >= sample_rank + 1 && x.dim(-sample_rank) == features, "BatchNorm",
           "input {} does not hold samples of {} {}", x.shape(), features,
           images ? "channels" : "features");
-    // Statistics over the samples (and the positions of images), kept per task.
-    const auto axes = images ? std::vector<int>{-4, -2, -1} : std::vector<int>{-2};
-    const auto centred = x - mean(x, axes, true);
-    const auto variance = mean(square(centred), axes, true);
-    const auto normalised = centred / sqrt(variance + static_cast<T>(epsilon));
+    const auto normalised = batch_norm(x, images ? 2 : 0, static_cast<T>(epsilon));
     // scale and shift [batch..., F] -> [batch..., 1, F(, 1, 1)] against x.
     auto per_feature = [&](const Var<T, B>& piece) {
       return reshape(piece, images ? detail::batched(piece, 1, {1, features, 1, 1})

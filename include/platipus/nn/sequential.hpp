@@ -71,13 +71,24 @@ class BasicSequential {
   }
 
   // The same from the named pieces (layout order), each [batch..., shape].
+  // The activations between layers and each layer's temporaries are seen by
+  // no one else: those that no backward rule reads are released as soon as
+  // the next layer has run (all of them under NoGradGuard), so a forward
+  // pass keeps what the gradient needs and no more.
   template <class T, class B>
   Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
     check(pieces.size() == layout_.specs().size(), "Sequential::forward",
           "{} parameter pieces for a model of {}", pieces.size(), layout_.specs().size());
+    Tape<T, B>& tape = x.tape();
+    const std::size_t first = tape.values();
     Var<T, B> h = x;
-    for (const auto& layer : layers_)
-      h = std::visit([&](const auto& l) { return l.forward(pieces, h); }, layer);
+    for (const auto& layer : layers_) {
+      const std::size_t made = tape.values();
+      const Var<T, B> next = std::visit([&](const auto& l) { return l.forward(pieces, h); }, layer);
+      tape.release_since(made, std::span<const Var<T, B>>(&next, 1));
+      if (h.record()->id >= first && !(h == next)) tape.release(h.record());
+      h = next;
+    }
     return h;
   }
 

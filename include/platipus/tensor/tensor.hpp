@@ -110,6 +110,10 @@ class Tensor {
   bool is_view() const { return !owns_; }
   std::size_t bytes() const { return static_cast<std::size_t>(numel()) * sizeof(T); }
 
+  // Frees the buffer (a view lets go of it) and keeps the shape: what the
+  // tape leaves of a value that no one will read again.
+  void release_buffer() { release(); }
+
   T* data() { return data_; }
   const T* data() const { return data_; }
 

@@ -10,17 +10,20 @@ namespace platipus {
 // everywhere, so its own rule is itself again and the set closes.
 template <class T, class B>
 Var<T, B> relu_backward(const Var<T, B>& g, const Var<T, B>& x) {
-  return record("relu_backward", {g, x},
-                raw::map(BinaryOp::relu_backward, g.value(), x.value(), "relu_backward"),
-                [](Backward<T, B>& c) {
-                  if (c.needs(0)) c.set(0, relu_backward(c.grad(), c.input(1)));
-                });
+  return record(
+      "relu_backward", {g, x},
+      raw::map(BinaryOp::relu_backward, g.value(), x.value(), "relu_backward"),
+      [](Backward<T, B>& c) {
+        if (c.needs(0)) c.set(0, relu_backward(c.grad(), c.input(1)));
+      },
+      Saved{.inputs = 0b10, .outputs = false});
 }
 
 template <class T, class B>
 Var<T, B> relu(const Var<T, B>& x) {
-  return record("relu", {x}, raw::map(UnaryOp::relu, x.value()),
-                [](Backward<T, B>& c) { c.set(0, relu_backward(c.grad(), c.input(0))); });
+  return record(
+      "relu", {x}, raw::map(UnaryOp::relu, x.value()),
+      [](Backward<T, B>& c) { c.set(0, relu_backward(c.grad(), c.input(0))); }, saves_inputs);
 }
 
 // sigmoid' = s (1 - s), written with the output s.

@@ -15,47 +15,56 @@ concept Scalar = std::is_arithmetic_v<S>;
 
 template <class T, class B>
 Var<T, B> neg(const Var<T, B>& x) {
-  return record("neg", {x}, raw::map(UnaryOp::neg, x.value()),
-                [](Backward<T, B>& c) { c.set(0, neg(c.grad())); });
+  return record(
+      "neg", {x}, raw::map(UnaryOp::neg, x.value()),
+      [](Backward<T, B>& c) { c.set(0, neg(c.grad())); }, saves_nothing);
 }
 
 template <class T, class B>
 Var<T, B> scale(const Var<T, B>& x, T s) {
-  return record("scale", {x}, raw::map(UnaryOp::scale, x.value(), s),
-                [s](Backward<T, B>& c) { c.set(0, scale(c.grad(), s)); });
+  return record(
+      "scale", {x}, raw::map(UnaryOp::scale, x.value(), s),
+      [s](Backward<T, B>& c) { c.set(0, scale(c.grad(), s)); }, saves_nothing);
 }
 
 template <class T, class B>
 Var<T, B> shift(const Var<T, B>& x, T s) {
-  return record("shift", {x}, raw::map(UnaryOp::add_scalar, x.value(), s),
-                [](Backward<T, B>& c) { c.set(0, c.grad()); });
+  return record(
+      "shift", {x}, raw::map(UnaryOp::add_scalar, x.value(), s),
+      [](Backward<T, B>& c) { c.set(0, c.grad()); }, saves_nothing);
 }
 
 template <class T, class B>
 Var<T, B> add(const Var<T, B>& a, const Var<T, B>& b) {
-  return record("add", {a, b}, raw::map(BinaryOp::add, a.value(), b.value(), "add"),
-                [](Backward<T, B>& c) {
-                  if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
-                  if (c.needs(1)) c.set(1, sum_to(c.grad(), c.input(1).shape()));
-                });
+  return record(
+      "add", {a, b}, raw::map(BinaryOp::add, a.value(), b.value(), "add"),
+      [](Backward<T, B>& c) {
+        if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
+        if (c.needs(1)) c.set(1, sum_to(c.grad(), c.input(1).shape()));
+      },
+      saves_nothing);
 }
 
 template <class T, class B>
 Var<T, B> sub(const Var<T, B>& a, const Var<T, B>& b) {
-  return record("sub", {a, b}, raw::map(BinaryOp::sub, a.value(), b.value(), "sub"),
-                [](Backward<T, B>& c) {
-                  if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
-                  if (c.needs(1)) c.set(1, sum_to(neg(c.grad()), c.input(1).shape()));
-                });
+  return record(
+      "sub", {a, b}, raw::map(BinaryOp::sub, a.value(), b.value(), "sub"),
+      [](Backward<T, B>& c) {
+        if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
+        if (c.needs(1)) c.set(1, sum_to(neg(c.grad()), c.input(1).shape()));
+      },
+      saves_nothing);
 }
 
 template <class T, class B>
 Var<T, B> mul(const Var<T, B>& a, const Var<T, B>& b) {
-  return record("mul", {a, b}, raw::map(BinaryOp::mul, a.value(), b.value(), "mul"),
-                [](Backward<T, B>& c) {
-                  if (c.needs(0)) c.set(0, sum_to(mul(c.grad(), c.input(1)), c.input(0).shape()));
-                  if (c.needs(1)) c.set(1, sum_to(mul(c.grad(), c.input(0)), c.input(1).shape()));
-                });
+  return record(
+      "mul", {a, b}, raw::map(BinaryOp::mul, a.value(), b.value(), "mul"),
+      [](Backward<T, B>& c) {
+        if (c.needs(0)) c.set(0, sum_to(mul(c.grad(), c.input(1)), c.input(0).shape()));
+        if (c.needs(1)) c.set(1, sum_to(mul(c.grad(), c.input(0)), c.input(1).shape()));
+      },
+      saves_inputs);
 }
 
 // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b.
@@ -73,10 +82,13 @@ Var<T, B> div(const Var<T, B>& a, const Var<T, B>& b) {
 template <class T, class B>
 Var<T, B> add_scaled(const Var<T, B>& a, const Var<T, B>& b, T s) {
   check(a.shape() == b.shape(), "add_scaled", "shapes {} and {} differ", a.shape(), b.shape());
-  return record("add_scaled", {a, b}, raw::axpy(a.value(), b.value(), s), [s](Backward<T, B>& c) {
-    if (c.needs(0)) c.set(0, c.grad());
-    if (c.needs(1)) c.set(1, scale(c.grad(), s));
-  });
+  return record(
+      "add_scaled", {a, b}, raw::axpy(a.value(), b.value(), s),
+      [s](Backward<T, B>& c) {
+        if (c.needs(0)) c.set(0, c.grad());
+        if (c.needs(1)) c.set(1, scale(c.grad(), s));
+      },
+      saves_nothing);
 }
 
 template <class T, class B>

@@ -15,8 +15,9 @@ Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape);
 template <class T, class B>
 Var<T, B> expand(const Var<T, B>& x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  return record("expand", {x}, raw::expand(x.value(), shape),
-                [](Backward<T, B>& c) { c.set(0, sum_to(c.grad(), c.input(0).shape())); });
+  return record(
+      "expand", {x}, raw::expand(x.value(), shape),
+      [](Backward<T, B>& c) { c.set(0, sum_to(c.grad(), c.input(0).shape())); }, saves_nothing);
 }
 
 // Sums x down to `shape`, which must broadcast to x's shape: the gradient of
@@ -24,8 +25,9 @@ Var<T, B> expand(const Var<T, B>& x, const Shape& shape) {
 template <class T, class B>
 Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  return record("sum_to", {x}, raw::sum_to(x.value(), shape),
-                [](Backward<T, B>& c) { c.set(0, expand(c.grad(), c.input(0).shape())); });
+  return record(
+      "sum_to", {x}, raw::sum_to(x.value(), shape),
+      [](Backward<T, B>& c) { c.set(0, expand(c.grad(), c.input(0).shape())); }, saves_nothing);
 }
 
 }  // namespace platipus

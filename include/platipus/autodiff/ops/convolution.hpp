@@ -28,12 +28,14 @@ namespace detail {
 // leading axes (raw::conv_layout), no bias.
 template <class T, class B>
 Var<T, B> grouped_conv2d(const Var<T, B>& x, const Var<T, B>& w, const Window& window) {
-  return record("conv2d", {x, w}, raw::conv2d(x.value(), w.value(), window),
-                [window](Backward<T, B>& c) {
-                  const auto g = c.grad(), x = c.input(0), w = c.input(1);
-                  if (c.needs(0)) c.set(0, conv2d_input_grad(g, w, x.shape(), window));
-                  if (c.needs(1)) c.set(1, conv2d_weight_grad(x, g, w.shape(), window));
-                });
+  return record(
+      "conv2d", {x, w}, raw::conv2d(x.value(), w.value(), window),
+      [window](Backward<T, B>& c) {
+        const auto g = c.grad(), x = c.input(0), w = c.input(1);
+        if (c.needs(0)) c.set(0, conv2d_input_grad(g, w, x.shape(), window));
+        if (c.needs(1)) c.set(1, conv2d_weight_grad(x, g, w.shape(), window));
+      },
+      saves_inputs);
 }
 
 }  // namespace detail
@@ -43,13 +45,14 @@ Var<T, B> grouped_conv2d(const Var<T, B>& x, const Var<T, B>& w, const Window& w
 template <class T, class B>
 Var<T, B> conv2d_input_grad(const Var<T, B>& dy, const Var<T, B>& w, const Shape& x_shape,
                             const Window& window) {
-  return record("conv2d_input_grad", {dy, w},
-                raw::conv2d_input_grad(dy.value(), w.value(), x_shape, window),
-                [window](Backward<T, B>& c) {
-                  const auto g = c.grad(), dy = c.input(0), w = c.input(1);
-                  if (c.needs(0)) c.set(0, detail::grouped_conv2d(g, w, window));
-                  if (c.needs(1)) c.set(1, conv2d_weight_grad(g, dy, w.shape(), window));
-                });
+  return record(
+      "conv2d_input_grad", {dy, w}, raw::conv2d_input_grad(dy.value(), w.value(), x_shape, window),
+      [window](Backward<T, B>& c) {
+        const auto g = c.grad(), dy = c.input(0), w = c.input(1);
+        if (c.needs(0)) c.set(0, detail::grouped_conv2d(g, w, window));
+        if (c.needs(1)) c.set(1, conv2d_weight_grad(g, dy, w.shape(), window));
+      },
+      saves_inputs);
 }
 
 // The gradient of <dy, w * x> in w, for w of shape w_shape (summed over
@@ -57,13 +60,15 @@ Var<T, B> conv2d_input_grad(const Var<T, B>& dy, const Var<T, B>& w, const Shape
 template <class T, class B>
 Var<T, B> conv2d_weight_grad(const Var<T, B>& x, const Var<T, B>& dy, const Shape& w_shape,
                              const Window& window) {
-  return record("conv2d_weight_grad", {x, dy},
-                raw::conv2d_weight_grad(x.value(), dy.value(), w_shape, window),
-                [window](Backward<T, B>& c) {
-                  const auto g = c.grad(), x = c.input(0), dy = c.input(1);
-                  if (c.needs(0)) c.set(0, conv2d_input_grad(dy, g, x.shape(), window));
-                  if (c.needs(1)) c.set(1, detail::grouped_conv2d(x, g, window));
-                });
+  return record(
+      "conv2d_weight_grad", {x, dy},
+      raw::conv2d_weight_grad(x.value(), dy.value(), w_shape, window),
+      [window](Backward<T, B>& c) {
+        const auto g = c.grad(), x = c.input(0), dy = c.input(1);
+        if (c.needs(0)) c.set(0, conv2d_input_grad(dy, g, x.shape(), window));
+        if (c.needs(1)) c.set(1, detail::grouped_conv2d(x, g, window));
+      },
+      saves_inputs);
 }
 
 // y = w * x + b, the 2-D cross-correlation of deep learning: x [..., N, C,

@@ -38,6 +38,7 @@ std::vector<Var<T, B>> unflatten(const Var<T, B>& flat, std::span<const Shape> s
   check(expected == total, "unflatten", "pieces hold {} values but the flat vector {} has {}",
         expected, flat.shape(), total);
   const Tensor<T, B> rows = Tensor<T, B>::view(flat.value(), Shape{outer, total});
+  if (outer == 1) flat.record()->viewed = true;  // the pieces view its buffer
   std::vector<Tensor<T, B>> pieces;
   std::int64_t offset = 0;
   for (const auto& s : shapes) {

@@ -38,9 +38,12 @@ Var<T, B> take(const Var<T, B>& x, const Positions<B>& positions, const Shape& s
   if (y.numel())
     B::gather(x.value().data(), positions->data(), y.data(),
               detail::flat_positions(x.numel(), y.numel()));
-  return record("take", {x}, std::move(y), [positions](Backward<T, B>& c) {
-    c.set(0, put_add(c.grad(), positions, c.input(0).shape()));
-  });
+  return record(
+      "take", {x}, std::move(y),
+      [positions](Backward<T, B>& c) {
+        c.set(0, put_add(c.grad(), positions, c.input(0).shape()));
+      },
+      saves_nothing);
 }
 
 // Zeros of `shape`, with g.flat[i] added at positions[i].
@@ -52,9 +55,10 @@ Var<T, B> put_add(const Var<T, B>& g, const Positions<B>& positions, const Shape
   if (g.numel())
     B::scatter_add(g.value().data(), positions->data(), y.data(),
                    detail::flat_positions(y.numel(), g.numel()));
-  return record("put_add", {g}, std::move(y), [positions](Backward<T, B>& c) {
-    c.set(0, take(c.grad(), positions, c.input(0).shape()));
-  });
+  return record(
+      "put_add", {g}, std::move(y),
+      [positions](Backward<T, B>& c) { c.set(0, take(c.grad(), positions, c.input(0).shape())); },
+      saves_nothing);
 }
 
 // The maximum over each k x k window (no padding): x [..., C, H, W] ->
@@ -64,9 +68,10 @@ template <class T, class B>
 Var<T, B> max_pool2d(const Var<T, B>& x, const Window& window) {
   auto [y, positions] = raw::max_pool2d(x.value(), window);
   Positions<B> shared = std::make_shared<const Index<B>>(std::move(positions));
-  return record("max_pool2d", {x}, std::move(y), [shared](Backward<T, B>& c) {
-    c.set(0, put_add(c.grad(), shared, c.input(0).shape()));
-  });
+  return record(
+      "max_pool2d", {x}, std::move(y),
+      [shared](Backward<T, B>& c) { c.set(0, put_add(c.grad(), shared, c.input(0).shape())); },
+      saves_nothing);
 }
 
 }  // namespace platipus

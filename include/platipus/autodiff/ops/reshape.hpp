@@ -37,8 +37,10 @@ inline Shape infer_shape(std::span<const std::int64_t> dims, std::int64_t numel,
 template <class T, class B>
 Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  return record("reshape", {x}, Tensor<T, B>::view(x.value(), shape),
-                [](Backward<T, B>& c) { c.set(0, reshape(c.grad(), c.input(0).shape())); });
+  x.record()->viewed = true;
+  return record(
+      "reshape", {x}, Tensor<T, B>::view(x.value(), shape),
+      [](Backward<T, B>& c) { c.set(0, reshape(c.grad(), c.input(0).shape())); }, saves_nothing);
 }
 
 template <class T, class B>
@@ -49,8 +51,10 @@ Var<T, B> reshape(const Var<T, B>& x, std::initializer_list<std::int64_t> dims) 
 // Swaps two axes (by default the last two).
 template <class T, class B>
 Var<T, B> transpose(const Var<T, B>& x, int axis0 = -2, int axis1 = -1) {
-  return record("transpose", {x}, raw::transpose(x.value(), axis0, axis1),
-                [axis0, axis1](Backward<T, B>& c) { c.set(0, transpose(c.grad(), axis0, axis1)); });
+  return record(
+      "transpose", {x}, raw::transpose(x.value(), axis0, axis1),
+      [axis0, axis1](Backward<T, B>& c) { c.set(0, transpose(c.grad(), axis0, axis1)); },
+      saves_nothing);
 }
 
 }  // namespace platipus

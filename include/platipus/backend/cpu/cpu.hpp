@@ -17,6 +17,7 @@
 #include "platipus/backend/block_cache.hpp"
 #include "platipus/backend/concept.hpp"
 #include "platipus/backend/cpu/convolution.hpp"
+#include "platipus/backend/cpu/normalization.hpp"
 #include "platipus/core/philox.hpp"
 
 namespace platipus {
@@ -196,6 +197,17 @@ struct cpu {
   template <class T>
   static void max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* positions) {
     detail::cpu_convolution::max_pool(l, x, y, positions);
+  }
+
+  // ---- batch normalisation (backend/cpu/normalization.hpp) ----
+  template <class T>
+  static void batch_norm(const NormLayout& l, const T* x, T epsilon, T* x_hat, T* inv_std) {
+    detail::cpu_normalization::forward(l, x, epsilon, x_hat, inv_std);
+  }
+  template <class T>
+  static void batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* g,
+                                  T* dx) {
+    detail::cpu_normalization::backward(l, x_hat, inv_std, g, dx);
   }
 
   // ---- random ----

@@ -99,6 +99,13 @@ struct cuda {
   template <class T>
   static void max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* positions);
 
+  // ---- batch normalisation ----
+  template <class T>
+  static void batch_norm(const NormLayout& l, const T* x, T epsilon, T* x_hat, T* inv_std);
+  template <class T>
+  static void batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* g,
+                                  T* dx);
+
   // ---- random ----
   template <class T>
   static void fill_uniform(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,

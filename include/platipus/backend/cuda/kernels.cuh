@@ -246,6 +246,70 @@ __global__ void max_pool_kernel(const T* x, T* y, std::int64_t* positions, PoolL
   }
 }
 
+// Batch normalisation (NormLayout): a block per group, looping over groups.
+// Each thread sums its strided share in double, the block combines in a
+// fixed order (group_combine), so a run gives the same bits every time.
+__device__ inline std::int64_t norm_element(const NormLayout& l, std::int64_t o, std::int64_t ch,
+                                            std::int64_t j) {
+  return ((o * l.n + j / l.inner) * l.c + ch) * l.inner + j % l.inner;
+}
+
+// The block's total of `value`, in every thread.
+__device__ inline double block_total(double value) {
+  __shared__ double total;
+  value = group_combine<block_threads>(value, functors::add{});
+  if (threadIdx.x == 0) total = value;
+  __syncthreads();
+  const double result = total;
+  __syncthreads();  // `total` is reused by the next call
+  return result;
+}
+
+template <class T>
+__global__ void batch_norm_kernel(NormLayout l, const T* x, T epsilon, T* x_hat, T* inv_std) {
+  const std::int64_t m = l.count();
+  for (std::int64_t group = blockIdx.x; group < l.groups(); group += gridDim.x) {
+    const std::int64_t o = group / l.c, ch = group % l.c;
+    double sum = 0;
+    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) sum += x[norm_element(l, o, ch, j)];
+    const T mean = static_cast<T>(block_total(sum) / static_cast<double>(m));
+    double squares = 0;
+    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      const T d = x[norm_element(l, o, ch, j)] - mean;
+      squares += d * d;
+    }
+    const T r = static_cast<T>(
+        1.0 / sqrt(block_total(squares) / static_cast<double>(m) + static_cast<double>(epsilon)));
+    if (threadIdx.x == 0) inv_std[group] = r;
+    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      const std::int64_t at = norm_element(l, o, ch, j);
+      x_hat[at] = (x[at] - mean) * r;
+    }
+  }
+}
+
+template <class T>
+__global__ void batch_norm_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std,
+                                           const T* g, T* dx) {
+  const std::int64_t m = l.count();
+  for (std::int64_t group = blockIdx.x; group < l.groups(); group += gridDim.x) {
+    const std::int64_t o = group / l.c, ch = group % l.c;
+    double sum_g = 0, sum_xg = 0;
+    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      const std::int64_t at = norm_element(l, o, ch, j);
+      sum_g += g[at];
+      sum_xg += static_cast<double>(x_hat[at]) * g[at];
+    }
+    const T mean_g = static_cast<T>(block_total(sum_g) / static_cast<double>(m));
+    const T mean_xg = static_cast<T>(block_total(sum_xg) / static_cast<double>(m));
+    const T r = inv_std[group];
+    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      const std::int64_t at = norm_element(l, o, ch, j);
+      dx[at] = r * (g[at] - mean_g - x_hat[at] * mean_xg);
+    }
+  }
+}
+
 // im2col and col2im of the GEMM convolution engine (src/cuda/convolution_kernels.hpp).
 template <class T, class I>
 __global__ void im2col_kernel(const T* x, T* col, ConvLayout cl, I total) {
@@ -453,6 +517,19 @@ void cuda::max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* posit
   const std::int64_t n = l.planes * l.ho * l.wo;
   cuda_kernels::launch("cuda::max_pool2d", n, cuda_kernels::max_pool_kernel<T>, x, y, positions, l,
                        n);
+}
+
+template <class T>
+void cuda::batch_norm(const NormLayout& l, const T* x, T epsilon, T* x_hat, T* inv_std) {
+  cuda_kernels::launch("cuda::batch_norm", l.groups() * cuda_kernels::block_threads,
+                       cuda_kernels::batch_norm_kernel<T>, l, x, epsilon, x_hat, inv_std);
+}
+
+template <class T>
+void cuda::batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* g,
+                               T* dx) {
+  cuda_kernels::launch("cuda::batch_norm_backward", l.groups() * cuda_kernels::block_threads,
+                       cuda_kernels::batch_norm_backward_kernel<T>, l, x_hat, inv_std, g, dx);
 }
 
 template <class T>
