@@ -129,6 +129,25 @@ TEMPLATE_TEST_CASE("sum and max reductions match the CPU backend", "[cuda][backe
     }
 }
 
+TEMPLATE_TEST_CASE("batch norm and its backward match the CPU backend", "[cuda][backend]", float,
+                   double) {
+  using T = TestType;
+  // Groups of 12 elements (fewer than a block's threads) and of 3 x 2,000 (more),
+  // images [T, N, C, H, W] and feature vectors [T, N, F].
+  for (const auto& [shape, positions] : std::vector<std::pair<Shape, int>>{
+           {{2, 3, 4, 2, 2}, 2}, {{1, 3, 2, 40, 50}, 2}, {{3, 7, 5}, 0}}) {
+    INFO(shape.to_string());
+    const Tensor<T> x = normal<T>(shape, 12), g = normal<T>(shape, 13);
+    const auto [x_hat, inv_std] = raw::batch_norm(x, positions, T(1e-3));
+    const auto [device_hat, device_inv_std] = raw::batch_norm(on_device(x), positions, T(1e-3));
+    check_close(x_hat, device_hat, tolerance<T>, "x_hat");
+    check_close(inv_std, device_inv_std, tolerance<T>, "inv_std");
+    check_close(raw::batch_norm_backward(x_hat, inv_std, g, positions),
+                raw::batch_norm_backward(device_hat, device_inv_std, on_device(g), positions),
+                tolerance<T>, "batch_norm_backward");
+  }
+}
+
 TEMPLATE_TEST_CASE("strided copies match the CPU backend", "[cuda][backend]", float, double) {
   using T = TestType;
   const Tensor<T> x = normal<T>({3, 4, 5, 6}, 11);
