@@ -56,6 +56,11 @@ Inputs list(Tensor<double> a, Tensor<double> b, Tensor<double> c) {
   v.push_back(std::move(c));
   return v;
 }
+Inputs list(Tensor<double> a, Tensor<double> b, Tensor<double> c, Tensor<double> d) {
+  Inputs v = list(std::move(a), std::move(b), std::move(c));
+  v.push_back(std::move(d));
+  return v;
+}
 
 }  // namespace
 
@@ -648,59 +653,82 @@ TEST_CASE("conv2d and max_pool2d refuse shapes that do not fit, naming them",
 }
 
 TEST_CASE(
-    "batch_norm normalises each task's channel over its samples and positions, and its closed-form "
-    "backward matches finite differences to the third order",
+    "batch_norm normalises each task's channel over its samples and positions, scales and shifts, "
+    "and its closed-form backward matches finite differences to the fourth order",
     "[ops][batch_norm][gradcheck]") {
-  const Shape images{2, 3, 4, 2, 3};  // tasks, samples, channels, height, width
+  const Shape images{2, 3, 4, 2, 3}, groups{2, 1, 4, 1, 1};  // tasks, samples, channels, H, W
   const auto x = normal(images, 61, 0.5, 2);
-  {  // the definition, as a chain of elementwise ops
+  {  // the definition, as a chain of elementwise ops (a shift shared by the tasks)
     Tape<double> tape;
-    const auto X = tape.constant(x.clone());
+    const auto X = tape.constant(x.clone()), scale = tape.constant(normal(groups, 62)),
+               shift = tape.constant(normal({4, 1, 1}, 63));
     const std::vector<int> axes{-4, -2, -1};
     const auto centred = X - mean(X, axes, true);
-    const auto expected = centred / sqrt(mean(square(centred), axes, true) + 1e-3);
-    const auto got = batch_norm(X, 2, 1e-3).to_vector(), want = expected.to_vector();
+    const auto expected = centred / sqrt(mean(square(centred), axes, true) + 1e-3) * scale + shift;
+    const auto got = batch_norm(X, scale, shift, 2, 1e-3).to_vector(), want = expected.to_vector();
     for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
   }
+  const auto inputs = [&] {
+    return list(x.clone(), normal(groups, 64), normal({4, 1, 1}, 65));
+  };
   // Through a nonlinearity and weighted by x again, so that no derivative is trivially zero.
   const auto weighted = [](int positions) {
     return [positions](std::span<const V> v) {
-      return sum(tanh(batch_norm(v[0], positions, 1e-3)) * v[0]);
+      return sum(tanh(batch_norm(v[0], v[1], v[2], positions, 1e-3)) * v[0]);
     };
   };
-  check_derivatives(weighted(2), list(x.clone()));
-  check_derivatives(weighted(0), list(normal({3, 5, 4}, 62)));  // feature vectors [T, N, F]
-  // batch_norm_backward in each of its inputs (x_hat and r as batch_norm makes them).
+  check_derivatives(weighted(2), inputs());
+  check_derivatives(weighted(0),
+                    list(normal({3, 5, 4}, 66), normal({4}, 67), normal({3, 1, 4}, 68)));
+  // Per-task scales over images the tasks share ([N, C, H, W]).
   check_derivatives(
-      [](std::span<const V> v) {
-        const auto x_hat = batch_norm(v[0], 2, 1e-3);
-        const auto r = reshape(v[1], {2, 1, 4, 1, 1});
-        return sum(square(batch_norm_backward(x_hat, r, v[2], 2)));
-      },
-      list(x.clone(), positive({2, 4}, 63), normal(images, 64)));
-  // Third order: F(x) = <d/dx L(x), u>; F's first and second derivatives are L's second and third.
-  const auto u = normal(images, 65);
+      [](std::span<const V> v) { return sum(tanh(batch_norm(v[0], v[1], v[2], 2, 1e-3)) * v[1]); },
+      list(normal({3, 4, 2, 3}, 69), normal(groups, 70), normal({4, 1, 1}, 71)));
+  // batch_norm_backward in each input, with gradients flowing into all three results.
+  const auto w_scale = normal(groups, 72), w_shift = normal(groups, 73);
   check_derivatives(
       [&](std::span<const V> v) {
-        const auto loss = sum(tanh(batch_norm(v[0], 2, 1e-3)) * v[0]);
-        const auto g = grad(loss, std::span<const V>(&v[0], 1), {.create_graph = true});
-        return sum(g[0] * v[0].tape().constant(u.clone()));
+        Tape<double>& tape = v[0].tape();
+        const auto x_hat = batch_norm(v[0], tape.constant(Tensor<double>::ones(groups)),
+                                      tape.constant(Tensor<double>::zeros(groups)), 2, 1e-3);
+        const auto d = batch_norm_backward(x_hat, v[1], v[2], v[3], 2);
+        return sum(square(d[0])) + sum(d[1] * tape.constant(w_scale.clone())) +
+               sum(square(d[2]) * tape.constant(w_shift.clone()));
       },
-      list(x.clone()));
+      list(x.clone(), positive(groups, 74), normal(groups, 75), normal(images, 76)));
+  // Third and fourth order: F = <d/d(x, scale, shift) L, u>; F's first and
+  // second derivatives are L's third and fourth.
+  const auto u = list(normal(images, 77), normal(groups, 78), normal({4, 1, 1}, 79));
+  check_derivatives(
+      [&](std::span<const V> v) {
+        const auto loss = sum(tanh(batch_norm(v[0], v[1], v[2], 2, 1e-3)) * v[0]);
+        const auto g = grad(loss, v, {.create_graph = true});
+        Tape<double>& tape = v[0].tape();
+        return sum(g[0] * tape.constant(u[0].clone())) + sum(g[1] * tape.constant(u[1].clone())) +
+               sum(g[2] * tape.constant(u[2].clone()));
+      },
+      inputs());
 }
 
 TEST_CASE("batch_norm refuses a single value per channel, a non-positive epsilon and mismatches",
           "[ops][batch_norm][errors]") {
   Tape<double> tape;
-  const auto one_sample = tape.variable(normal({2, 1, 3}, 66));
-  CHECK_THROWS_WITH(batch_norm(one_sample, 0, 1e-5),
+  const auto ones = [&](const Shape& s) {
+    return tape.constant(Tensor<double>::ones(s));
+  };
+  const auto one_sample = tape.variable(normal({2, 1, 3}, 80));
+  CHECK_THROWS_WITH(batch_norm(one_sample, ones({3}), ones({3}), 0, 1e-5),
                     Contains("batch_norm") && Contains("[2, 1, 3]") && Contains("no variance"));
-  CHECK_NOTHROW(batch_norm(tape.variable(normal({1, 1, 2, 2, 1}, 67)), 2, 1e-5));  // 2 positions
-  const auto x = tape.variable(normal({2, 3, 4}, 68));
-  CHECK_THROWS_WITH(batch_norm(x, 0, 0.0), Contains("batch_norm") && Contains("epsilon"));
-  CHECK_THROWS_WITH(batch_norm(x, 2, 1e-5), Contains("batch_norm") && Contains("[2, 3, 4]"));
-  const auto x_hat = batch_norm(x, 0, 1e-5);
-  CHECK_THROWS_WITH(
-      batch_norm_backward(x_hat, tape.constant(Tensor<double>::ones({2, 1, 3})), x_hat, 0),
-      Contains("batch_norm_backward") && Contains("[2, 1, 3]"));
+  const auto two_positions = tape.variable(normal({1, 1, 2, 2, 1}, 81));
+  CHECK_NOTHROW(batch_norm(two_positions, ones({2, 1, 1}), ones({2, 1, 1}), 2, 1e-5));
+  const auto x = tape.variable(normal({2, 3, 4}, 82));
+  CHECK_THROWS_WITH(batch_norm(x, ones({4}), ones({4}), 0, 0.0),
+                    Contains("batch_norm") && Contains("epsilon"));
+  CHECK_THROWS_WITH(batch_norm(x, ones({4}), ones({4}), 2, 1e-5),
+                    Contains("batch_norm") && Contains("[2, 3, 4]"));
+  CHECK_THROWS_WITH(batch_norm(x, ones({3}), ones({4}), 0, 1e-5),
+                    Contains("batch_norm") && Contains("[3]") && Contains("[4]"));
+  const auto x_hat = batch_norm(x, ones({4}), ones({4}), 0, 1e-5);
+  CHECK_THROWS_WITH(batch_norm_backward(x_hat, ones({2, 1, 3}), ones({2, 1, 3}), x_hat, 0),
+                    Contains("batch_norm_backward") && Contains("[2, 1, 3]"));
 }

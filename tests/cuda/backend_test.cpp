@@ -138,13 +138,20 @@ TEMPLATE_TEST_CASE("batch norm and its backward match the CPU backend", "[cuda][
            {{2, 3, 4, 2, 2}, 2}, {{1, 3, 2, 40, 50}, 2}, {{3, 7, 5}, 0}}) {
     INFO(shape.to_string());
     const Tensor<T> x = normal<T>(shape, 12), g = normal<T>(shape, 13);
-    const auto [x_hat, inv_std] = raw::batch_norm(x, positions, T(1e-3));
-    const auto [device_hat, device_inv_std] = raw::batch_norm(on_device(x), positions, T(1e-3));
-    check_close(x_hat, device_hat, tolerance<T>, "x_hat");
-    check_close(inv_std, device_inv_std, tolerance<T>, "inv_std");
-    check_close(raw::batch_norm_backward(x_hat, inv_std, g, positions),
-                raw::batch_norm_backward(device_hat, device_inv_std, on_device(g), positions),
-                tolerance<T>, "batch_norm_backward");
+    const Shape groups = raw::norm_statistics_shape(shape, positions);
+    const Tensor<T> scale = normal<T>(groups, 14), shift = normal<T>(groups, 15);
+    const auto host = raw::batch_norm(x, scale, shift, positions, T(1e-3));
+    const auto device =
+        raw::batch_norm(on_device(x), on_device(scale), on_device(shift), positions, T(1e-3));
+    check_close(host.y, device.y, tolerance<T>, "y");
+    check_close(host.x_hat, device.x_hat, tolerance<T>, "x_hat");
+    check_close(host.inv_std, device.inv_std, tolerance<T>, "inv_std");
+    const auto host_grads = raw::batch_norm_backward(host.x_hat, host.inv_std, scale, g, positions);
+    const auto device_grads = raw::batch_norm_backward(device.x_hat, device.inv_std,
+                                                       on_device(scale), on_device(g), positions);
+    check_close(host_grads.dx, device_grads.dx, tolerance<T>, "dx");
+    check_close(host_grads.d_scale, device_grads.d_scale, 10 * tolerance<T>, "d_scale");
+    check_close(host_grads.d_shift, device_grads.d_shift, 10 * tolerance<T>, "d_shift");
   }
 }
 

@@ -96,12 +96,14 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::max_pool2d(pool, xd, yd, positions)};
 
   // Batch normalisation per group (NormLayout): x_hat = (x - mean) * inv_std
-  // with inv_std = 1 / sqrt(biased variance + epsilon), one per group; and
-  // its backward, dx = inv_std (g - mean(g) - x_hat mean(x_hat g)).
-  {B::batch_norm(norm, x, 1.0f, y, y)};
-  {B::batch_norm(norm, xd, 1.0, yd, yd)};
-  {B::batch_norm_backward(norm, x, x, x, y)};
-  {B::batch_norm_backward(norm, xd, xd, xd, yd)};
+  // with inv_std = 1 / sqrt(biased variance + epsilon) and y = x_hat * scale
+  // + shift, one inv_std, scale and shift per group; and its backward from
+  // g = dL/dy: d_shift = sum(g), d_scale = sum(x_hat g) per group and
+  // dx = inv_std scale (g - mean(g) - x_hat mean(x_hat g)).
+  {B::batch_norm(norm, x, 1.0f, x, x, y, y, y)};
+  {B::batch_norm(norm, xd, 1.0, xd, xd, yd, yd, yd)};
+  {B::batch_norm_backward(norm, x, x, x, x, y, y, y)};
+  {B::batch_norm_backward(norm, xd, xd, xd, xd, yd, yd, yd)};
 
   // Philox 4x32-10 fills from (seed, stream, first block); see core/philox.hpp.
   {B::fill_uniform(y, n, u, u, u)};

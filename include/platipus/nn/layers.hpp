@@ -161,9 +161,8 @@ struct MaxPool2d {
 // per channel, over the N samples (and the H W positions of images) of the
 // call: y = (x - mean) / sqrt(var + epsilon) * scale + shift, var the biased
 // variance, scale [F] (ones) and shift [F] (zeros) learned, F the features
-// of vectors [..., N, F] or the channels of images [..., N, C, H, W]. The
-// normalisation is one op with a closed-form backward
-// (autodiff/ops/batch_norm.hpp).
+// of vectors [..., N, F] or the channels of images [..., N, C, H, W]. It is
+// one op with a closed-form backward (autodiff/ops/batch_norm.hpp).
 struct BatchNorm {
   static constexpr std::string_view name = "batch_norm";
   double epsilon = 1e-5;      // PyTorch's default
@@ -190,13 +189,13 @@ struct BatchNorm {
     check(x.rank() >= sample_rank + 1 && x.dim(-sample_rank) == features, "BatchNorm",
           "input {} does not hold samples of {} {}", x.shape(), features,
           images ? "channels" : "features");
-    const auto normalised = batch_norm(x, images ? 2 : 0, static_cast<T>(epsilon));
     // scale and shift [batch..., F] -> [batch..., 1, F(, 1, 1)] against x.
     auto per_feature = [&](const Var<T, B>& piece) {
       return reshape(piece, images ? detail::batched(piece, 1, {1, features, 1, 1})
                                    : detail::batched(piece, 1, {1, features}));
     };
-    return normalised * per_feature(pieces[scale]) + per_feature(pieces[shift]);
+    return batch_norm(x, per_feature(pieces[scale]), per_feature(pieces[shift]), images ? 2 : 0,
+                      static_cast<T>(epsilon));
   }
 };
 

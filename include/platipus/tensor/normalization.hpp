@@ -1,8 +1,8 @@
-// Raw batch normalisation and its backward, with shapes checked and the
-// backend's NormLayout computed here. x is [..., N, C, positions...]: the
-// leading axes are tasks, each normalised on its own; a task's channel C is
-// normalised over its N samples and their positions (none for feature
-// vectors [..., N, F], H W for images [..., N, C, H, W]).
+// Raw batch normalisation (with its scale and shift) and its backward, with
+// shapes checked and the backend's NormLayout computed here. x is [..., N,
+// C, positions...]: the leading axes are tasks, each normalised on its own;
+// a task's channel C is normalised over its N samples and their positions
+// (none for feature vectors [..., N, F], H W for images [..., N, C, H, W]).
 #pragma once
 
 #include <string_view>
@@ -39,31 +39,64 @@ inline Shape norm_statistics_shape(const Shape& x, int positions) {
   return s;
 }
 
-// (x_hat, inv_std): x normalised per group, and 1 / sqrt(variance + epsilon).
+// Batch normalisation's results: y = x_hat * scale + shift, x normalised
+// per group (x_hat), and 1 / sqrt(variance + epsilon) per group (inv_std).
 template <class T, class B>
-std::pair<Tensor<T, B>, Tensor<T, B>> batch_norm(const Tensor<T, B>& x, int positions, T epsilon) {
+struct Normalized {
+  Tensor<T, B> y, x_hat, inv_std;
+};
+
+namespace detail {
+inline void check_statistics(const Shape& expected, const Shape& scale, const Shape& shift,
+                             std::string_view who) {
+  check(scale == expected && shift == expected, who,
+        "scale {} and shift {} must have the statistics' shape {}", scale, shift, expected);
+}
+}  // namespace detail
+
+// Normalises x [..., N, C, positions...] per group and scales and shifts it;
+// scale and shift have the statistics' shape (norm_statistics_shape).
+template <class T, class B>
+Normalized<T, B> batch_norm(const Tensor<T, B>& x, const Tensor<T, B>& scale,
+                            const Tensor<T, B>& shift, int positions, T epsilon) {
   constexpr std::string_view who = "batch_norm";
   check(epsilon > T(0), who, "epsilon must be positive, got {}", epsilon);
   const NormLayout l = norm_layout(x.shape(), positions, who);
-  Tensor<T, B> x_hat(x.shape()), inv_std(norm_statistics_shape(x.shape(), positions));
-  if (x.numel()) B::batch_norm(l, x.data(), epsilon, x_hat.data(), inv_std.data());
-  return {std::move(x_hat), std::move(inv_std)};
+  const Shape statistics = norm_statistics_shape(x.shape(), positions);
+  detail::check_statistics(statistics, scale.shape(), shift.shape(), who);
+  Normalized<T, B> out{Tensor<T, B>(x.shape()), Tensor<T, B>(x.shape()), Tensor<T, B>(statistics)};
+  if (x.numel())
+    B::batch_norm(l, x.data(), epsilon, scale.data(), shift.data(), out.x_hat.data(),
+                  out.inv_std.data(), out.y.data());
+  return out;
 }
 
-// inv_std (g - mean(g) - x_hat mean(x_hat g)) per group: the gradient in x
-// of <g, x_hat>.
+// The gradients of <g, y> for y = batch_norm(x) * scale + shift: in x,
+// inv_std scale (g - mean(g) - x_hat mean(x_hat g)); in scale, sum(x_hat g);
+// in shift, sum(g) (per group).
 template <class T, class B>
-Tensor<T, B> batch_norm_backward(const Tensor<T, B>& x_hat, const Tensor<T, B>& inv_std,
-                                 const Tensor<T, B>& g, int positions) {
+struct NormalizedGradients {
+  Tensor<T, B> dx, d_scale, d_shift;
+};
+
+template <class T, class B>
+NormalizedGradients<T, B> batch_norm_backward(const Tensor<T, B>& x_hat,
+                                              const Tensor<T, B>& inv_std,
+                                              const Tensor<T, B>& scale, const Tensor<T, B>& g,
+                                              int positions) {
   constexpr std::string_view who = "batch_norm_backward";
   const NormLayout l = norm_layout(x_hat.shape(), positions, who);
-  check(g.shape() == x_hat.shape() &&
-            inv_std.shape() == norm_statistics_shape(x_hat.shape(), positions),
-        who, "x_hat {}, inv_std {} and the gradient {} do not match", x_hat.shape(),
-        inv_std.shape(), g.shape());
-  Tensor<T, B> dx(g.shape());
-  if (g.numel()) B::batch_norm_backward(l, x_hat.data(), inv_std.data(), g.data(), dx.data());
-  return dx;
+  const Shape statistics = norm_statistics_shape(x_hat.shape(), positions);
+  check(g.shape() == x_hat.shape() && inv_std.shape() == statistics, who,
+        "x_hat {}, inv_std {} and the gradient {} do not match", x_hat.shape(), inv_std.shape(),
+        g.shape());
+  detail::check_statistics(statistics, scale.shape(), scale.shape(), who);
+  NormalizedGradients<T, B> out{Tensor<T, B>(g.shape()), Tensor<T, B>(statistics),
+                                Tensor<T, B>(statistics)};
+  if (g.numel())
+    B::batch_norm_backward(l, x_hat.data(), inv_std.data(), scale.data(), g.data(), out.dx.data(),
+                           out.d_scale.data(), out.d_shift.data());
+  return out;
 }
 
 }  // namespace platipus::raw

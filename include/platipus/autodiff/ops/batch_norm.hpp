@@ -1,15 +1,17 @@
-// batch_norm and batch_norm_backward: batch normalisation as a closed op
-// family, as conv2d is. batch_norm keeps only its own results, the
-// normalised x_hat and the per-group 1 / sqrt(variance + epsilon) r (the
-// input is not read again), and its gradient is one op in closed form,
-//   dx = r (g - mean(g) - x_hat mean(x_hat g))   (J is symmetric),
-// whose own rule is written with batch_norm_backward itself (its adjoint in
-// g is itself) and a few per-group sums, so MAML's second order and
-// PLATIPUS's third differentiate through normalisation without expanding it
-// into a chain of full-size elementwise ops.
+// batch_norm and batch_norm_backward: batch normalisation with its scale and
+// shift as a closed op family, as conv2d is. batch_norm keeps its results,
+// y = x_hat scale + shift, the normalised x_hat and the per-group
+// r = 1 / sqrt(variance + epsilon), and reads none of its input again. Its
+// gradient is one op in closed form, three results from one pass:
+//   dx = r scale (g - mean(g) - x_hat mean(x_hat g)),
+//   d_scale = sum(x_hat g),  d_shift = sum(g)          (per group),
+// (the normalisation's Jacobian is symmetric), whose own rule is written with
+// batch_norm_backward itself (dx is linear in g) and a few per-group sums, so
+// MAML's second order and PLATIPUS's third differentiate through batch norm
+// without expanding it into chains of full-size elementwise ops.
 #pragma once
 
-#include <algorithm>
+#include <array>
 #include <vector>
 
 #include "platipus/autodiff/ops/arithmetic.hpp"
@@ -20,56 +22,118 @@
 
 namespace platipus {
 
-// The gradient in x of <g, x_hat> for x_hat = batch_norm(x) with its r
-// (inv_std), x_hat [..., N, C, positions...] and r its statistics' shape.
+namespace detail {
+// Ones of r's shape: batch_norm_backward's scale for the gradient of the
+// normalisation alone.
 template <class T, class B>
-Var<T, B> batch_norm_backward(const Var<T, B>& x_hat, const Var<T, B>& inv_std, const Var<T, B>& g,
-                              int positions) {
-  // Elements per group: mean over a group is sum_to(., r's shape) / count.
-  const T count = static_cast<T>(x_hat.numel() / std::max<std::int64_t>(1, inv_std.numel()));
-  return record("batch_norm_backward", {x_hat, inv_std, g},
-                raw::batch_norm_backward(x_hat.value(), inv_std.value(), g.value(), positions),
-                [positions, count](Backward<T, B>& c) {
-                  const auto h = c.grad(), x_hat = c.input(0), r = c.input(1), g = c.input(2);
-                  const Shape& groups = r.shape();
-                  if (c.needs(2)) c.set(2, batch_norm_backward(x_hat, r, h, positions));
-                  // d/dr of r (g - mean g - x_hat mean(x_hat g)) is the output over r.
-                  if (c.needs(1)) c.set(1, div(sum_to(mul(h, c.output()), groups), r));
-                  // d/dx_hat: -r (h mean(x_hat g) + g mean(x_hat h)).
-                  if (c.needs(0)) {
-                    const auto mean_xg = scale(sum_to(mul(x_hat, g), groups), T(1) / count);
-                    const auto mean_xh = scale(sum_to(mul(x_hat, h), groups), T(1) / count);
-                    c.set(0, neg(mul(r, add(mul(h, mean_xg), mul(g, mean_xh)))));
-                  }
-                });
+Var<T, B> unit_scale(const Var<T, B>& r) {
+  return r.tape().constant(Tensor<T, B>::ones(r.shape()));
+}
+template <class T, class B>
+Var<T, B> sum_of(const Var<T, B>& a, const Var<T, B>& b) {
+  return a.defined() ? (b.defined() ? add(a, b) : a) : b;
+}
+}  // namespace detail
+
+// {dx, d_scale, d_shift}: the gradients of <g, y> for y = batch_norm(x) *
+// scale + shift, from x_hat and r (inv_std) as batch_norm made them; scale,
+// r, d_scale and d_shift have the statistics' shape.
+template <class T, class B>
+std::vector<Var<T, B>> batch_norm_backward(const Var<T, B>& x_hat, const Var<T, B>& inv_std,
+                                           const Var<T, B>& scale, const Var<T, B>& g,
+                                           int positions) {
+  auto raw_grads =
+      raw::batch_norm_backward(x_hat.value(), inv_std.value(), scale.value(), g.value(), positions);
+  const T count = static_cast<T>(x_hat.numel() / inv_std.numel());  // elements per group
+  std::vector<Tensor<T, B>> results;
+  results.push_back(std::move(raw_grads.dx));
+  results.push_back(std::move(raw_grads.d_scale));
+  results.push_back(std::move(raw_grads.d_shift));
+  const std::array<Var<T, B>, 4> inputs{x_hat, inv_std, scale, g};
+  return record_many(
+      "batch_norm_backward", std::span<const Var<T, B>>(inputs), std::move(results),
+      [positions, count](Backward<T, B>& c) {
+        const auto x_hat = c.input(0), r = c.input(1), s = c.input(2), g = c.input(3);
+        const auto h = c.grad(0), k = c.grad(1), u = c.grad(2);  // into dx, d_scale, d_shift
+        const Shape& groups = r.shape();
+        if (c.needs(3)) {
+          Var<T, B> dg;
+          if (h.defined()) dg = batch_norm_backward(x_hat, r, s, h, positions)[0];
+          if (k.defined()) dg = detail::sum_of(dg, mul(x_hat, k));
+          if (u.defined()) dg = detail::sum_of(dg, expand(u, g.shape()));
+          c.set(3, dg);
+        }
+        if (c.needs(0) && k.defined() && !h.defined()) c.set(0, mul(g, k));
+        if (!h.defined()) return;
+        // dx = r s (g - mean g - x_hat mean(x_hat g)), mean(x_hat g) = d_scale / count:
+        // in s, r times the bracket; in r, dx / r (r > 0); in x_hat,
+        // -r s (h mean(x_hat g) + g mean(x_hat h)), and d_scale's k g.
+        if (c.needs(2))
+          c.set(
+              2,
+              sum_to(mul(h, batch_norm_backward(x_hat, r, detail::unit_scale(r), g, positions)[0]),
+                     groups));
+        if (c.needs(1)) c.set(1, div(sum_to(mul(h, c.output(0)), groups), r));
+        if (c.needs(0)) {
+          const auto mean_xg = platipus::scale(c.output(1), T(1) / count);
+          const auto mean_xh = platipus::scale(sum_to(mul(x_hat, h), groups), T(1) / count);
+          const auto d = neg(mul(mul(r, s), add(mul(h, mean_xg), mul(g, mean_xh))));
+          c.set(0, k.defined() ? add(d, mul(g, k)) : d);
+        }
+      });
 }
 
-// Batch normalisation without scale and shift: x [..., N, C, positions...]
-// with `positions` trailing position axes (0 for feature vectors [..., N,
-// F], 2 for images [..., N, C, H, W]) -> (x - mean) / sqrt(var + epsilon),
-// mean and biased variance per task (the leading axes) and channel, over
-// the N samples and their positions.
+// Batch normalisation: x [..., N, C, positions...] with `positions` trailing
+// position axes (0 for feature vectors [..., N, F], 2 for images [..., N, C,
+// H, W]) -> (x - mean) / sqrt(var + epsilon) * scale + shift, mean and
+// biased variance per task (the leading axes) and channel over the N
+// samples and their positions; scale and shift broadcast to the statistics'
+// shape (x's with N and the positions 1: [..., 1, C, 1, 1] for images) and
+// may carry task axes that x lacks.
 template <class T, class B>
-Var<T, B> batch_norm(const Var<T, B>& x, int positions, T epsilon) {
-  auto [x_hat, inv_std] = raw::batch_norm(x.value(), positions, epsilon);
-  const T count = static_cast<T>(x_hat.numel() / inv_std.numel());
+Var<T, B> batch_norm(const Var<T, B>& x, const Var<T, B>& scale, const Var<T, B>& shift,
+                     int positions, T epsilon) {
+  constexpr std::string_view who = "batch_norm";
+  raw::norm_layout(x.shape(), positions, who);  // checks x's shape first
+  const Shape own = raw::norm_statistics_shape(x.shape(), positions);
+  const Shape statistics =
+      broadcast_shapes(broadcast_shapes(scale.shape(), shift.shape(), who), own, who);
+  Var<T, B> input = x;
+  if (statistics != own) {  // per-task scale and shift over images the tasks share
+    Shape shape = statistics.take_front(statistics.rank() - positions - 2);
+    for (int a = x.rank() - positions - 2; a < x.rank(); ++a) shape.push_back(x.dim(a));
+    input = expand(x, shape);
+  }
+  const auto s = expand(scale, statistics), b = expand(shift, statistics);
+  auto out = raw::batch_norm(input.value(), s.value(), b.value(), positions, epsilon);
+  const T count = static_cast<T>(out.x_hat.numel() / out.inv_std.numel());
   std::vector<Tensor<T, B>> results;
-  results.push_back(std::move(x_hat));
-  results.push_back(std::move(inv_std));
+  results.push_back(std::move(out.y));
+  results.push_back(std::move(out.x_hat));
+  results.push_back(std::move(out.inv_std));
+  const std::array<Var<T, B>, 3> inputs{input, s, b};
   return record_many(
-      "batch_norm", std::span<const Var<T, B>>(&x, 1), std::move(results),
+      "batch_norm", std::span<const Var<T, B>>(inputs), std::move(results),
       [positions, count](Backward<T, B>& c) {
-        const auto x_hat = c.output(0), r = c.output(1), g = c.grad(0), g_r = c.grad(1);
-        Var<T, B> dx;
-        if (g.defined()) dx = batch_norm_backward(x_hat, r, g, positions);
-        // r's own gradient (from a backward rule that read it): dr/dx = -r^2 x_hat / count.
-        if (g_r.defined()) {
-          const auto through_r = mul(x_hat, scale(mul(g_r, square(r)), T(-1) / count));
-          dx = dx.defined() ? add(dx, through_r) : through_r;
+        const auto x_hat = c.output(1), r = c.output(2), s = c.input(1);
+        const auto gy = c.grad(0), gx = c.grad(1), gr = c.grad(2);
+        Var<T, B> dx, ds, db;
+        if (gy.defined()) {
+          const auto d = batch_norm_backward(x_hat, r, s, gy, positions);
+          dx = d[0], ds = d[1], db = d[2];
         }
-        c.set(0, dx);
+        // x_hat's and r's own gradients (from rules that read them):
+        // x_hat's is the normalisation's gradient, dr/dx = -r^2 x_hat / count.
+        if (gx.defined())
+          dx = detail::sum_of(
+              dx, batch_norm_backward(x_hat, r, detail::unit_scale(r), gx, positions)[0]);
+        if (gr.defined())
+          dx = detail::sum_of(dx, mul(x_hat, platipus::scale(mul(gr, square(r)), T(-1) / count)));
+        if (c.needs(0)) c.set(0, dx);
+        if (c.needs(1)) c.set(1, ds);
+        if (c.needs(2)) c.set(2, db);
       },
-      Saved{.inputs = 0, .outputs = true})[0];
+      Saved{.inputs = 0b010, .outputs = true})[0];
 }
 
 }  // namespace platipus

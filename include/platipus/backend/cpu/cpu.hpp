@@ -201,13 +201,14 @@ struct cpu {
 
   // ---- batch normalisation (backend/cpu/normalization.hpp) ----
   template <class T>
-  static void batch_norm(const NormLayout& l, const T* x, T epsilon, T* x_hat, T* inv_std) {
-    detail::cpu_normalization::forward(l, x, epsilon, x_hat, inv_std);
+  static void batch_norm(const NormLayout& l, const T* x, T epsilon, const T* scale, const T* shift,
+                         T* x_hat, T* inv_std, T* y) {
+    detail::cpu_normalization::forward(l, x, epsilon, scale, shift, x_hat, inv_std, y);
   }
   template <class T>
-  static void batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* g,
-                                  T* dx) {
-    detail::cpu_normalization::backward(l, x_hat, inv_std, g, dx);
+  static void batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
+                                  const T* scale, const T* g, T* dx, T* d_scale, T* d_shift) {
+    detail::cpu_normalization::backward(l, x_hat, inv_std, scale, g, dx, d_scale, d_shift);
   }
 
   // ---- random ----

@@ -1,9 +1,10 @@
-// Batch normalisation's two kernels on the CPU (NormLayout): the statistics
-// and normalised values of every group, and the closed-form backward. A
-// group is `n` rows of `inner` contiguous elements: each row is summed in
-// eight chains of T that the compiler keeps in vector registers, and the rows'
-// sums are added in double, so float statistics over hundreds of thousands
-// of elements keep their digits.
+// Batch normalisation's two kernels on the CPU (NormLayout): the statistics,
+// normalised values and scaled-and-shifted outputs of every group, and the
+// closed-form backward with the scale's and shift's gradients. A group is
+// `n` rows of `inner` contiguous elements: each row is summed in eight chains
+// of T that the compiler keeps in vector registers, and the rows' sums are
+// added in double, so float statistics over hundreds of thousands of
+// elements keep their digits.
 #pragma once
 
 #include <cmath>
@@ -35,7 +36,8 @@ inline std::int64_t row_start(const NormLayout& l, std::int64_t o, std::int64_t 
 }
 
 template <class T>
-void forward(const NormLayout& l, const T* x, T epsilon, T* x_hat, T* inv_std) {
+void forward(const NormLayout& l, const T* x, T epsilon, const T* scale, const T* shift, T* x_hat,
+             T* inv_std, T* y) {
   const double m = static_cast<double>(l.count());
   for (std::int64_t o = 0; o < l.outer; ++o)
     for (std::int64_t ch = 0; ch < l.c; ++ch) {
@@ -53,17 +55,24 @@ void forward(const NormLayout& l, const T* x, T epsilon, T* x_hat, T* inv_std) {
           return d * d;
         });
       }
+      const std::int64_t group = o * l.c + ch;
       const T r = static_cast<T>(1.0 / std::sqrt(squares / m + double(epsilon)));
-      inv_std[o * l.c + ch] = r;
+      const T s = scale[group], b = shift[group];
+      inv_std[group] = r;
       for (std::int64_t i = 0; i < l.n; ++i) {
         const std::int64_t start = row_start(l, o, ch, i);
-        for (std::int64_t p = start; p < start + l.inner; ++p) x_hat[p] = (x[p] - mean) * r;
+        for (std::int64_t p = start; p < start + l.inner; ++p) {
+          const T normalised = (x[p] - mean) * r;
+          x_hat[p] = normalised;
+          y[p] = normalised * s + b;
+        }
       }
     }
 }
 
 template <class T>
-void backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* g, T* dx) {
+void backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* scale, const T* g,
+              T* dx, T* d_scale, T* d_shift) {
   const double m = static_cast<double>(l.count());
   for (std::int64_t o = 0; o < l.outer; ++o)
     for (std::int64_t ch = 0; ch < l.c; ++ch) {
@@ -74,12 +83,15 @@ void backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* g,
         sum_g += row_sum<T>(l.inner, [gr](std::int64_t p) { return gr[p]; });
         sum_xg += row_sum<T>(l.inner, [gr, xr](std::int64_t p) { return xr[p] * gr[p]; });
       }
+      const std::int64_t group = o * l.c + ch;
+      d_shift[group] = static_cast<T>(sum_g);
+      d_scale[group] = static_cast<T>(sum_xg);
       const T mean_g = static_cast<T>(sum_g / m), mean_xg = static_cast<T>(sum_xg / m);
-      const T r = inv_std[o * l.c + ch];
+      const T rs = inv_std[group] * scale[group];
       for (std::int64_t i = 0; i < l.n; ++i) {
         const std::int64_t start = row_start(l, o, ch, i);
         for (std::int64_t p = start; p < start + l.inner; ++p)
-          dx[p] = r * (g[p] - mean_g - x_hat[p] * mean_xg);
+          dx[p] = rs * (g[p] - mean_g - x_hat[p] * mean_xg);
       }
     }
 }

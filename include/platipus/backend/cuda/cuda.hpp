@@ -101,10 +101,11 @@ struct cuda {
 
   // ---- batch normalisation ----
   template <class T>
-  static void batch_norm(const NormLayout& l, const T* x, T epsilon, T* x_hat, T* inv_std);
+  static void batch_norm(const NormLayout& l, const T* x, T epsilon, const T* scale, const T* shift,
+                         T* x_hat, T* inv_std, T* y);
   template <class T>
-  static void batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* g,
-                                  T* dx);
+  static void batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
+                                  const T* scale, const T* g, T* dx, T* d_scale, T* d_shift);
 
   // ---- random ----
   template <class T>

@@ -266,7 +266,8 @@ __device__ inline double block_total(double value) {
 }
 
 template <class T>
-__global__ void batch_norm_kernel(NormLayout l, const T* x, T epsilon, T* x_hat, T* inv_std) {
+__global__ void batch_norm_kernel(NormLayout l, const T* x, T epsilon, const T* scale,
+                                  const T* shift, T* x_hat, T* inv_std, T* y) {
   const std::int64_t m = l.count();
   for (std::int64_t group = blockIdx.x; group < l.groups(); group += gridDim.x) {
     const std::int64_t o = group / l.c, ch = group % l.c;
@@ -281,16 +282,20 @@ __global__ void batch_norm_kernel(NormLayout l, const T* x, T epsilon, T* x_hat,
     const T r = static_cast<T>(
         1.0 / sqrt(block_total(squares) / static_cast<double>(m) + static_cast<double>(epsilon)));
     if (threadIdx.x == 0) inv_std[group] = r;
+    const T s = scale[group], b = shift[group];
     for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
       const std::int64_t at = norm_element(l, o, ch, j);
-      x_hat[at] = (x[at] - mean) * r;
+      const T normalised = (x[at] - mean) * r;
+      x_hat[at] = normalised;
+      y[at] = normalised * s + b;
     }
   }
 }
 
 template <class T>
 __global__ void batch_norm_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std,
-                                           const T* g, T* dx) {
+                                           const T* scale, const T* g, T* dx, T* d_scale,
+                                           T* d_shift) {
   const std::int64_t m = l.count();
   for (std::int64_t group = blockIdx.x; group < l.groups(); group += gridDim.x) {
     const std::int64_t o = group / l.c, ch = group % l.c;
@@ -300,12 +305,17 @@ __global__ void batch_norm_backward_kernel(NormLayout l, const T* x_hat, const T
       sum_g += g[at];
       sum_xg += static_cast<double>(x_hat[at]) * g[at];
     }
-    const T mean_g = static_cast<T>(block_total(sum_g) / static_cast<double>(m));
-    const T mean_xg = static_cast<T>(block_total(sum_xg) / static_cast<double>(m));
-    const T r = inv_std[group];
+    const double total_g = block_total(sum_g), total_xg = block_total(sum_xg);
+    if (threadIdx.x == 0) {
+      d_shift[group] = static_cast<T>(total_g);
+      d_scale[group] = static_cast<T>(total_xg);
+    }
+    const T mean_g = static_cast<T>(total_g / static_cast<double>(m));
+    const T mean_xg = static_cast<T>(total_xg / static_cast<double>(m));
+    const T rs = inv_std[group] * scale[group];
     for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
       const std::int64_t at = norm_element(l, o, ch, j);
-      dx[at] = r * (g[at] - mean_g - x_hat[at] * mean_xg);
+      dx[at] = rs * (g[at] - mean_g - x_hat[at] * mean_xg);
     }
   }
 }
@@ -520,16 +530,19 @@ void cuda::max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* posit
 }
 
 template <class T>
-void cuda::batch_norm(const NormLayout& l, const T* x, T epsilon, T* x_hat, T* inv_std) {
+void cuda::batch_norm(const NormLayout& l, const T* x, T epsilon, const T* scale, const T* shift,
+                      T* x_hat, T* inv_std, T* y) {
   cuda_kernels::launch("cuda::batch_norm", l.groups() * cuda_kernels::block_threads,
-                       cuda_kernels::batch_norm_kernel<T>, l, x, epsilon, x_hat, inv_std);
+                       cuda_kernels::batch_norm_kernel<T>, l, x, epsilon, scale, shift, x_hat,
+                       inv_std, y);
 }
 
 template <class T>
-void cuda::batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* g,
-                               T* dx) {
+void cuda::batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
+                               const T* scale, const T* g, T* dx, T* d_scale, T* d_shift) {
   cuda_kernels::launch("cuda::batch_norm_backward", l.groups() * cuda_kernels::block_threads,
-                       cuda_kernels::batch_norm_backward_kernel<T>, l, x_hat, inv_std, g, dx);
+                       cuda_kernels::batch_norm_backward_kernel<T>, l, x_hat, inv_std, scale, g, dx,
+                       d_scale, d_shift);
 }
 
 template <class T>
