@@ -5,7 +5,9 @@
 // the Tape is destroyed. Records refer to each other by plain pointers into
 // the arena, in creation order, so there are no reference counts and no
 // cycles; the backward pass walks the node list from the end. A Var is one
-// pointer and is valid while its tape lives.
+// pointer and is valid while its tape lives. A value's buffer may go sooner:
+// Tape::release frees one that no rule reads (Sequential and grad release
+// what they made and no one else holds), keeping the record and its shape.
 #pragma once
 
 #include <algorithm>
