@@ -5,7 +5,8 @@
 
 #include <cstddef>
 #include <fstream>
-#include <string>
+
+#include "platipus/core/memory.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 // The sanitizer runtime's count of live heap bytes (GCC ships no header for it).
@@ -25,19 +26,10 @@ inline long resident_kib() {
 #endif
 }
 
-// Linux's peak resident memory (VmHWM) in KiB, and its reset (clear_refs 5):
-// the peak of a stretch of code, whatever the tests before it held.
+// Linux's peak resident memory (VmHWM) in KiB since the library's
+// memory::reset_peak_resident: the peak of a stretch of code, whatever the
+// tests before it held.
 inline long peak_resident_kib() {
-  std::ifstream status("/proc/self/status");
-  for (std::string key; status >> key;) {
-    if (key == "VmHWM:") {
-      long kib = 0;
-      status >> kib;
-      return kib;
-    }
-  }
-  return 0;
+  return static_cast<long>(platipus::memory::peak_resident_bytes() / 1024);
 }
-inline void reset_peak_resident() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
+using platipus::memory::reset_peak_resident;

@@ -63,23 +63,26 @@ std::vector<Var<T, B>> batch_norm_backward(const Var<T, B>& x_hat, const Var<T, 
           if (u.defined()) dg = detail::sum_of(dg, expand(u, g.shape()));
           c.set(3, dg);
         }
-        if (c.needs(0) && k.defined() && !h.defined()) c.set(0, mul(g, k));
-        if (!h.defined()) return;
         // dx = r s (g - mean g - x_hat mean(x_hat g)), mean(x_hat g) = d_scale / count:
-        // in s, r times the bracket; in r, dx / r (r > 0); in x_hat,
-        // -r s (h mean(x_hat g) + g mean(x_hat h)), and d_scale's k g.
+        // in x_hat, -r s (h mean(x_hat g) + g mean(x_hat h)), and d_scale's k g;
+        // in s, r times the bracket; in r, dx / r (r > 0).
+        if (c.needs(0)) {
+          Var<T, B> d;
+          if (h.defined()) {
+            const auto mean_xg = platipus::scale(c.output(1), T(1) / count);
+            const auto mean_xh = platipus::scale(sum_to(mul(x_hat, h), groups), T(1) / count);
+            d = neg(mul(mul(r, s), add(mul(h, mean_xg), mul(g, mean_xh))));
+          }
+          if (k.defined()) d = detail::sum_of(d, mul(g, k));
+          c.set(0, d);
+        }
+        if (!h.defined()) return;
         if (c.needs(2))
           c.set(
               2,
               sum_to(mul(h, batch_norm_backward(x_hat, r, detail::unit_scale(r), g, positions)[0]),
                      groups));
         if (c.needs(1)) c.set(1, div(sum_to(mul(h, c.output(0)), groups), r));
-        if (c.needs(0)) {
-          const auto mean_xg = platipus::scale(c.output(1), T(1) / count);
-          const auto mean_xh = platipus::scale(sum_to(mul(x_hat, h), groups), T(1) / count);
-          const auto d = neg(mul(mul(r, s), add(mul(h, mean_xg), mul(g, mean_xh))));
-          c.set(0, k.defined() ? add(d, mul(g, k)) : d);
-        }
       });
 }
 
