@@ -289,6 +289,48 @@ TEST_CASE("losses pass first and second order checks", "[ops][loss]") {
   }
 }
 
+TEST_CASE(
+    "cross_entropy_with_logits is log-softmax's negative log-likelihood in one op, and its "
+    "derivatives match finite differences to the third order",
+    "[ops][loss][gradcheck]") {
+  const Shape shape{2, 3, 4};
+  Generator gen(90);
+  // Target rows that sum to one: one-hot rows and a soft row.
+  std::vector<double> rows(24, 0.0);
+  for (std::size_t r = 0; r < 5; ++r) rows[r * 4 + (r * 3) % 4] = 1.0;
+  rows[20] = 0.1, rows[21] = 0.2, rows[22] = 0.3, rows[23] = 0.4;
+  const auto targets = Tensor<double>::from_host(shape, rows);
+  const auto logits = normal(shape, 91, 0.5, 3);
+  {
+    Tape<double> tape;
+    const auto z = tape.constant(logits.clone());
+    const auto want =
+        neg(sum(tape.constant(targets.clone()) * log_softmax(z, -1), {-1})).to_vector();
+    const auto got = cross_entropy_with_logits(z, targets.clone());
+    REQUIRE(got.shape() == Shape{2, 3});
+    const auto values = got.to_vector();
+    for (std::size_t i = 0; i < values.size(); ++i)
+      CHECK(values[i] == Approx(want[i]).margin(1e-12));
+  }
+  const auto weighted = [&](std::span<const V> v) {
+    return sum(square(cross_entropy_with_logits(v[0] * v[0], targets.clone())));
+  };
+  check_derivatives(weighted, list(logits.clone()));
+  // Third order: F = <dL/dz, u>, whose first and second derivatives are L's
+  // second and third (gradients then flow into softmax(z), the op's second result).
+  const auto u = normal(shape, 92);
+  check_derivatives(
+      [&](std::span<const V> v) {
+        const auto g = grad(weighted(v), v, {.create_graph = true});
+        return sum(g[0] * v[0].tape().constant(u.clone()));
+      },
+      list(logits.clone()));
+  Tape<double> tape;
+  CHECK_THROWS_WITH(
+      cross_entropy_with_logits(tape.constant(logits.clone()), Tensor<double>::zeros({2, 3, 5})),
+      Contains("cross_entropy_with_logits") && Contains("[2, 3, 5]") && Contains("[2, 3, 4]"));
+}
+
 TEST_CASE("losses have the values of their definitions", "[loss]") {
   Tape<double> tape;
   const auto p = tape.constant(Tensor<double>::from_host({2}, {1.0, 3.0}));

@@ -83,8 +83,7 @@ template <class T, class B>
 Var<T, B> one_hot_cross_entropy(const Var<T, B>& logits, Tensor<T, B> one_hot, int batch_dims,
                                 Reduction reduction, const Shape& labels) {
   constexpr std::string_view name = "softmax_cross_entropy";
-  const auto target = logits.tape().constant(std::move(one_hot));
-  const auto nll = neg(sum(mul(target, log_softmax(logits, -1)), {-1}));
+  const auto nll = cross_entropy_with_logits(logits, std::move(one_hot));
   return checked(reduce_after(nll, batch_dims, reduction, name), name, logits.shape(), labels);
 }
 }  // namespace detail
@@ -167,14 +166,11 @@ struct BceWithLogitsLoss {
   }
 };
 
-// Targets hold class indices as values of T, shaped like the logits with a
-// last axis of 1 ([..., N, 1]), so that labels travel in a TaskBatch like
-// regression targets do.
 // Targets are class indices stored as values, [..., 1] beside logits
 // [..., K] (a TaskBatch's y). The one-hot rows are made on the backend
 // (target == [0, ..., K - 1]), so a loss evaluation never waits for the
 // device; the learners check the labels once per batch (check_targets): a
-// label outside [0, K) would otherwise give a zero row, and no loss.
+// label outside [0, K) would otherwise give a zero row, and a wrong loss.
 struct SoftmaxCrossEntropyLoss {
   Reduction reduction = Reduction::mean;
   template <class T, class B>

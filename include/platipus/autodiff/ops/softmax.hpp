@@ -1,10 +1,24 @@
-// logsumexp, softmax and log_softmax along an axis.
+// logsumexp, softmax and log_softmax along an axis, and the softmax
+// cross-entropy of logits against target rows as one op.
 #pragma once
 
+#include <utility>
+
 #include "platipus/autodiff/ops/exp_log.hpp"
+#include "platipus/autodiff/ops/reduce.hpp"
 #include "platipus/autodiff/ops/reshape.hpp"
 
 namespace platipus {
+
+namespace detail {
+// {exp(x - m), m} with m the maximum of x over the reduced shape `kept`.
+template <class T, class B>
+std::pair<Tensor<T, B>, Tensor<T, B>> exp_below_max(const Tensor<T, B>& x, const Shape& kept,
+                                                    std::string_view who) {
+  Tensor<T, B> m = raw::reduce_to(ReduceOp::max, x, kept);
+  return {raw::map(UnaryOp::exp, raw::map(BinaryOp::sub, x, m, who)), std::move(m)};
+}
+}  // namespace detail
 
 // log sum_i exp(x_i) along `axis`, evaluated stably as m + log sum exp(x - m)
 // with m the maximum. d/dx = exp(x - lse) = softmax(x).
@@ -13,10 +27,9 @@ Var<T, B> logsumexp(const Var<T, B>& x, int axis, bool keep_dims = false) {
   const int a = x.shape().normalize_axis(axis, "logsumexp");
   const std::array<int, 1> axes{a};
   const Shape kept = raw::reduced_shape(x.shape(), axes, "logsumexp");
-  const Tensor<T, B> m = raw::reduce_to(ReduceOp::max, x.value(), kept);
-  const Tensor<T, B> sum_exp =
-      raw::sum_to(raw::map(UnaryOp::exp, raw::map(BinaryOp::sub, x.value(), m, "logsumexp")), kept);
-  Tensor<T, B> lse = raw::map(BinaryOp::add, raw::map(UnaryOp::log, sum_exp), m, "logsumexp");
+  const auto [e, m] = detail::exp_below_max(x.value(), kept, "logsumexp");
+  Tensor<T, B> lse =
+      raw::map(BinaryOp::add, raw::map(UnaryOp::log, raw::sum_to(e, kept)), m, "logsumexp");
   const Shape out_shape = keep_dims ? kept : raw::squeezed_shape(x.shape(), axes, "logsumexp");
   return record("logsumexp", {x}, std::move(lse).reshaped(out_shape), [kept](Backward<T, B>& c) {
     const auto g = reshape(c.grad(), kept), lse_kept = reshape(c.output(), kept);
@@ -32,6 +45,46 @@ Var<T, B> log_softmax(const Var<T, B>& x, int axis = -1) {
 template <class T, class B>
 Var<T, B> softmax(const Var<T, B>& x, int axis = -1) {
   return exp(log_softmax(x, axis));
+}
+
+// -sum_k y_k log softmax(z)_k over the last axis, for logits z [..., K] and
+// target rows y [..., K] that sum to one (one-hot labels): lse(z) - <y, z>,
+// one value per row [...]. One op where log_softmax, mul and sum were three:
+// it keeps p = softmax(z) as a second result, its gradient is g (p - y), and
+// p's own gradient (from rules that read it, under higher orders) is the
+// softmax Jacobian's product p (h - <p, h>), all written with the library's
+// ops, so every order differentiates through it. y is a constant.
+template <class T, class B>
+Var<T, B> cross_entropy_with_logits(const Var<T, B>& logits, Tensor<T, B> targets) {
+  constexpr std::string_view who = "cross_entropy_with_logits";
+  check(logits.rank() >= 1 && targets.shape() == logits.shape(), who,
+        "targets {} must have the shape of logits {}", targets.shape(), logits.shape());
+  const std::array<int, 1> last{logits.rank() - 1};
+  const Shape kept = raw::reduced_shape(logits.shape(), last, who);
+  const auto [e, m] = detail::exp_below_max(logits.value(), kept, who);
+  const Tensor<T, B> sum_exp = raw::sum_to(e, kept);
+  const Tensor<T, B> lse = raw::map(BinaryOp::add, raw::map(UnaryOp::log, sum_exp), m, who);
+  const Tensor<T, B> target_logit =
+      raw::sum_to(raw::map(BinaryOp::mul, targets, logits.value(), who), kept);
+  std::vector<Tensor<T, B>> results;
+  results.push_back(raw::map(BinaryOp::sub, lse, target_logit, who)
+                        .reshaped(raw::squeezed_shape(logits.shape(), last, who)));
+  results.push_back(raw::map(BinaryOp::div, e, sum_exp, who));
+  const std::array<Var<T, B>, 2> inputs{logits, logits.tape().constant(std::move(targets))};
+  return record_many(
+      "cross_entropy_with_logits", std::span<const Var<T, B>>(inputs), std::move(results),
+      [kept](Backward<T, B>& c) {
+        const auto p = c.output(1), gl = c.grad(0), gp = c.grad(1);
+        Var<T, B> dz;
+        if (gl.defined()) dz = mul(reshape(gl, kept), sub(p, c.input(1)));
+        if (gp.defined()) {
+          const auto pg = mul(p, gp);
+          const auto jacobian_product = sub(pg, mul(p, sum(pg, {-1}, true)));
+          dz = dz.defined() ? add(dz, jacobian_product) : jacobian_product;
+        }
+        c.set(0, dz);
+      },
+      Saved{.inputs = 0b10, .outputs = true})[0];
 }
 
 }  // namespace platipus

@@ -1,31 +1,45 @@
 // Batch normalisation's two kernels on the CPU (NormLayout): the statistics,
 // normalised values and scaled-and-shifted outputs of every group, and the
-// closed-form backward with the scale's and shift's gradients. A group is
-// `n` rows of `inner` contiguous elements: each row is summed in eight chains
-// of T that the compiler keeps in vector registers, and the rows' sums are
+// closed-form backward with the scale's and shift's gradients. Each kernel
+// sweeps the memory in order, twice: once for the per-group sums (every
+// channel's at once), once for the results. A row of `inner` contiguous
+// elements is summed in one 64-byte vector of chains, and the rows' sums are
 // added in double, so float statistics over hundreds of thousands of
-// elements keep their digits.
+// elements keep their digits and the order does not depend on the machine.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "platipus/backend/layouts.hpp"
 
 namespace platipus::detail::cpu_normalization {
 
-// sum_p f(p) for p < n, in eight interleaved chains.
-template <class T, class F>
-double row_sum(std::int64_t n, F f) {
-  constexpr std::int64_t lanes = 8;
-  T chain[lanes] = {};
+// {sum_p f(p), sum_p h(p)} for p < n, each in interleaved chains that fill a
+// 64-byte vector register.
+template <class T, class F, class H>
+std::array<double, 2> row_sums(std::int64_t n, F f, H h) {
+  constexpr std::int64_t lanes = 64 / sizeof(T);
+  T a[lanes] = {}, b[lanes] = {};
   std::int64_t p = 0;
   for (; p + lanes <= n; p += lanes)
-    for (std::int64_t k = 0; k < lanes; ++k) chain[k] += f(p + k);
-  T rest = 0;
-  for (; p < n; ++p) rest += f(p);
-  double total = rest;
-  for (std::int64_t k = 0; k < lanes; ++k) total += chain[k];
+    for (std::int64_t k = 0; k < lanes; ++k) {
+      a[k] += f(p + k);
+      b[k] += h(p + k);
+    }
+  T rest_a = 0, rest_b = 0;
+  for (; p < n; ++p) {
+    rest_a += f(p);
+    rest_b += h(p);
+  }
+  std::array<double, 2> total{rest_a, rest_b};
+  for (std::int64_t k = 0; k < lanes; ++k) {
+    total[0] += a[k];
+    total[1] += b[k];
+  }
   return total;
 }
 
@@ -35,65 +49,85 @@ inline std::int64_t row_start(const NormLayout& l, std::int64_t o, std::int64_t 
   return ((o * l.n + i) * l.c + ch) * l.inner;
 }
 
+// The variance comes from sums of x - k and (x - k)^2 with k the group's
+// first element, a value of the group's spread, so that the one sweep does
+// not cancel two large sums when the mean is far from zero.
 template <class T>
 void forward(const NormLayout& l, const T* x, T epsilon, const T* scale, const T* shift, T* x_hat,
              T* inv_std, T* y) {
   const double m = static_cast<double>(l.count());
-  for (std::int64_t o = 0; o < l.outer; ++o)
-    for (std::int64_t ch = 0; ch < l.c; ++ch) {
-      double sum = 0;
-      for (std::int64_t i = 0; i < l.n; ++i) {
-        const T* row = x + row_start(l, o, ch, i);
-        sum += row_sum<T>(l.inner, [row](std::int64_t p) { return row[p]; });
+  const auto c = static_cast<std::size_t>(l.c);
+  std::vector<double> sums(c), squares(c);
+  std::vector<T> offsets(c), means(c);
+  for (std::int64_t o = 0; o < l.outer; ++o) {
+    std::fill(sums.begin(), sums.end(), 0.0);
+    std::fill(squares.begin(), squares.end(), 0.0);
+    for (std::size_t ch = 0; ch < c; ++ch) offsets[ch] = x[row_start(l, o, std::int64_t(ch), 0)];
+    for (std::int64_t i = 0; i < l.n; ++i)
+      for (std::size_t ch = 0; ch < c; ++ch) {
+        const T* row = x + row_start(l, o, std::int64_t(ch), i);
+        const T k = offsets[ch];
+        const auto s = row_sums<T>(
+            l.inner, [row, k](std::int64_t p) { return row[p] - k; },
+            [row, k](std::int64_t p) { return (row[p] - k) * (row[p] - k); });
+        sums[ch] += s[0];
+        squares[ch] += s[1];
       }
-      const T mean = static_cast<T>(sum / m);
-      double squares = 0;  // about the mean: no cancellation of two large sums
-      for (std::int64_t i = 0; i < l.n; ++i) {
-        const T* row = x + row_start(l, o, ch, i);
-        squares += row_sum<T>(l.inner, [row, mean](std::int64_t p) {
-          const T d = row[p] - mean;
-          return d * d;
-        });
-      }
-      const std::int64_t group = o * l.c + ch;
-      const T r = static_cast<T>(1.0 / std::sqrt(squares / m + double(epsilon)));
-      const T s = scale[group], b = shift[group];
-      inv_std[group] = r;
-      for (std::int64_t i = 0; i < l.n; ++i) {
-        const std::int64_t start = row_start(l, o, ch, i);
+    for (std::size_t ch = 0; ch < c; ++ch) {
+      const double shifted_mean = sums[ch] / m;
+      const double variance = std::max(squares[ch] / m - shifted_mean * shifted_mean, 0.0);
+      const std::int64_t group = o * l.c + std::int64_t(ch);
+      means[ch] = static_cast<T>(offsets[ch] + shifted_mean);
+      inv_std[group] = static_cast<T>(1.0 / std::sqrt(variance + double(epsilon)));
+    }
+    for (std::int64_t i = 0; i < l.n; ++i)
+      for (std::size_t ch = 0; ch < c; ++ch) {
+        const std::int64_t group = o * l.c + std::int64_t(ch),
+                           start = row_start(l, o, group % l.c, i);
+        const T mean = means[ch], r = inv_std[group], s = scale[group], b = shift[group];
         for (std::int64_t p = start; p < start + l.inner; ++p) {
           const T normalised = (x[p] - mean) * r;
           x_hat[p] = normalised;
           y[p] = normalised * s + b;
         }
       }
-    }
+  }
 }
 
 template <class T>
 void backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* scale, const T* g,
               T* dx, T* d_scale, T* d_shift) {
   const double m = static_cast<double>(l.count());
-  for (std::int64_t o = 0; o < l.outer; ++o)
-    for (std::int64_t ch = 0; ch < l.c; ++ch) {
-      double sum_g = 0, sum_xg = 0;
-      for (std::int64_t i = 0; i < l.n; ++i) {
-        const std::int64_t start = row_start(l, o, ch, i);
+  const auto c = static_cast<std::size_t>(l.c);
+  std::vector<double> sum_g(c), sum_xg(c);
+  for (std::int64_t o = 0; o < l.outer; ++o) {
+    std::fill(sum_g.begin(), sum_g.end(), 0.0);
+    std::fill(sum_xg.begin(), sum_xg.end(), 0.0);
+    for (std::int64_t i = 0; i < l.n; ++i)
+      for (std::size_t ch = 0; ch < c; ++ch) {
+        const std::int64_t start = row_start(l, o, std::int64_t(ch), i);
         const T *gr = g + start, *xr = x_hat + start;
-        sum_g += row_sum<T>(l.inner, [gr](std::int64_t p) { return gr[p]; });
-        sum_xg += row_sum<T>(l.inner, [gr, xr](std::int64_t p) { return xr[p] * gr[p]; });
+        const auto s = row_sums<T>(
+            l.inner, [gr](std::int64_t p) { return gr[p]; },
+            [gr, xr](std::int64_t p) { return xr[p] * gr[p]; });
+        sum_g[ch] += s[0];
+        sum_xg[ch] += s[1];
       }
-      const std::int64_t group = o * l.c + ch;
-      d_shift[group] = static_cast<T>(sum_g);
-      d_scale[group] = static_cast<T>(sum_xg);
-      const T mean_g = static_cast<T>(sum_g / m), mean_xg = static_cast<T>(sum_xg / m);
-      const T rs = inv_std[group] * scale[group];
-      for (std::int64_t i = 0; i < l.n; ++i) {
-        const std::int64_t start = row_start(l, o, ch, i);
+    for (std::size_t ch = 0; ch < c; ++ch) {
+      const std::int64_t group = o * l.c + std::int64_t(ch);
+      d_shift[group] = static_cast<T>(sum_g[ch]);
+      d_scale[group] = static_cast<T>(sum_xg[ch]);
+    }
+    for (std::int64_t i = 0; i < l.n; ++i)
+      for (std::size_t ch = 0; ch < c; ++ch) {
+        const std::int64_t group = o * l.c + std::int64_t(ch),
+                           start = row_start(l, o, std::int64_t(ch), i);
+        const T mean_g = static_cast<T>(sum_g[ch] / m), mean_xg = static_cast<T>(sum_xg[ch] / m);
+        const T rs = inv_std[group] * scale[group];
         for (std::int64_t p = start; p < start + l.inner; ++p)
           dx[p] = rs * (g[p] - mean_g - x_hat[p] * mean_xg);
       }
-    }
+  }
 }
 
 }  // namespace platipus::detail::cpu_normalization
