@@ -12,33 +12,45 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "platipus/backend/layouts.hpp"
 
 namespace platipus::detail::cpu_normalization {
 
-// {sum_p f(p), sum_p h(p)} for p < n, each in interleaved chains that fill a
-// 64-byte vector register.
-template <class T, class F, class H>
-std::array<double, 2> row_sums(std::int64_t n, F f, H h) {
-  constexpr std::int64_t lanes = 64 / sizeof(T);
-  T a[lanes] = {}, b[lanes] = {};
+// One 64-byte vector of T (two or four registers where vectors are narrower):
+// the chains that a row's sums are kept in, whatever the machine.
+template <class T>
+using Chains [[gnu::vector_size(64)]] = T;
+
+// The two sums over p < n of f(a[p], b[p]) (which returns a pair), each in
+// interleaved chains of one Chains<T>, then added in double.
+template <class T, class F>
+std::array<double, 2> row_sums(const T* a, const T* b, std::int64_t n, F f) {
+  using V = Chains<T>;
+  constexpr std::int64_t lanes = sizeof(V) / sizeof(T);
+  V first = {}, second = {};
   std::int64_t p = 0;
-  for (; p + lanes <= n; p += lanes)
-    for (std::int64_t k = 0; k < lanes; ++k) {
-      a[k] += f(p + k);
-      b[k] += h(p + k);
-    }
-  T rest_a = 0, rest_b = 0;
-  for (; p < n; ++p) {
-    rest_a += f(p);
-    rest_b += h(p);
+  for (; p + lanes <= n; p += lanes) {
+    V va, vb;
+    std::memcpy(&va, a + p, sizeof(V));
+    std::memcpy(&vb, b + p, sizeof(V));
+    const auto [u, v] = f(va, vb);
+    first += u;
+    second += v;
   }
-  std::array<double, 2> total{rest_a, rest_b};
+  T rest_first = 0, rest_second = 0;
+  for (; p < n; ++p) {
+    const auto [u, v] = f(a[p], b[p]);
+    rest_first += u;
+    rest_second += v;
+  }
+  std::array<double, 2> total{rest_first, rest_second};
   for (std::int64_t k = 0; k < lanes; ++k) {
-    total[0] += a[k];
-    total[1] += b[k];
+    total[0] += first[k];
+    total[1] += second[k];
   }
   return total;
 }
@@ -67,9 +79,10 @@ void forward(const NormLayout& l, const T* x, T epsilon, const T* scale, const T
       for (std::size_t ch = 0; ch < c; ++ch) {
         const T* row = x + row_start(l, o, std::int64_t(ch), i);
         const T k = offsets[ch];
-        const auto s = row_sums<T>(
-            l.inner, [row, k](std::int64_t p) { return row[p] - k; },
-            [row, k](std::int64_t p) { return (row[p] - k) * (row[p] - k); });
+        const auto s = row_sums(row, row, l.inner, [k](auto v, auto) {
+          const auto d = v - k;
+          return std::pair{d, d * d};
+        });
         sums[ch] += s[0];
         squares[ch] += s[1];
       }
@@ -107,9 +120,9 @@ void backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* sc
       for (std::size_t ch = 0; ch < c; ++ch) {
         const std::int64_t start = row_start(l, o, std::int64_t(ch), i);
         const T *gr = g + start, *xr = x_hat + start;
-        const auto s = row_sums<T>(
-            l.inner, [gr](std::int64_t p) { return gr[p]; },
-            [gr, xr](std::int64_t p) { return xr[p] * gr[p]; });
+        const auto s = row_sums(gr, xr, l.inner, [](auto gv, auto xv) {
+          return std::pair{gv, xv * gv};
+        });
         sum_g[ch] += s[0];
         sum_xg[ch] += s[1];
       }
