@@ -738,6 +738,28 @@ TEST_CASE(
                sum(square(d[2]) * tape.constant(w_shift.clone()));
       },
       list(x.clone(), positive(groups, 74), normal(groups, 75), normal(images, 76)));
+  // A sweep that records nothing takes batch_norm_backward's rule in fused
+  // passes: the same gradients as the recorded rule's.
+  const auto h = normal(images, 80);
+  const auto sweep = [&](bool create_graph) {
+    Tape<double> tape;
+    const std::array v{tape.variable(x.clone()), tape.variable(positive(groups, 74)),
+                       tape.variable(normal(groups, 75)), tape.variable(normal(images, 76))};
+    const auto x_hat = batch_norm(v[0], tape.constant(Tensor<double>::ones(groups)),
+                                  tape.constant(Tensor<double>::zeros(groups)), 2, 1e-3);
+    const auto d = batch_norm_backward(x_hat, v[1], v[2], v[3], 2);
+    const auto loss = sum(d[0] * tape.constant(h.clone())) +
+                      sum(d[1] * tape.constant(w_scale.clone())) +
+                      sum(d[2] * tape.constant(w_shift.clone()));
+    std::vector<std::vector<double>> values;
+    for (const auto& g : grad(loss, std::span<const V>(v), {.create_graph = create_graph}))
+      values.push_back(g.to_vector());
+    return values;
+  };
+  const auto fused = sweep(false), recorded = sweep(true);
+  for (std::size_t i = 0; i < fused.size(); ++i)
+    for (std::size_t j = 0; j < fused[i].size(); ++j)
+      CHECK(fused[i][j] == Approx(recorded[i][j]).margin(1e-12));
   // Third and fourth order: F = <d/d(x, scale, shift) L, u>; F's first and
   // second derivatives are L's third and fourth.
   const auto u = list(normal(images, 77), normal(groups, 78), normal({4, 1, 1}, 79));

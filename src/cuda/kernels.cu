@@ -5,30 +5,33 @@
 
 namespace platipus {
 
-#define PLATIPUS_INSTANTIATE(T)                                                                  \
-  template void detail::im2col<T>(const ConvLayout&, const T*, T*);                              \
-  template void detail::col2im<T>(const ConvLayout&, const T*, T*);                              \
-  template void cuda::fill<T>(T*, std::int64_t, T);                                              \
-  template void cuda::arange<T>(T*, std::int64_t);                                               \
-  template void cuda::unary<T>(UnaryOp, const T*, T*, std::int64_t, T);                          \
-  template void cuda::binary<T>(BinaryOp, const T*, const T*, T*, const BroadcastLayout&);       \
-  template void cuda::axpy<T>(const T*, const T*, T*, std::int64_t, T);                          \
-  template void cuda::select<T>(const T*, const T*, const T*, T*, std::int64_t);                 \
-  template void cuda::adam<T>(T*, T*, T*, const T*, std::int64_t, const AdamStep<T>&, const T*); \
-  template void cuda::reduce<T>(ReduceOp, const T*, T*, const ReduceLayout&);                    \
-  template void cuda::strided_copy<T>(const T*, T*, const CopyLayout&);                          \
-  template void cuda::gather<T>(const T*, const std::int64_t*, T*, const IndexLayout&);          \
-  template void cuda::scatter_add<T>(const T*, const std::int64_t*, T*, const IndexLayout&);     \
-  template void cuda::max_pool2d<T>(const PoolLayout&, const T*, T*, std::int64_t*);             \
-  template void cuda::batch_norm<T>(const NormLayout&, const T*, T, const T*, const T*, T*, T*,  \
-                                    T*);                                                         \
-  template void cuda::batch_norm_backward<T>(const NormLayout&, const T*, const T*, const T*,    \
-                                             const T*, T*, T*, T*);                              \
-  template void cuda::fill_uniform<T>(T*, std::int64_t, std::uint64_t, std::uint64_t,            \
-                                      std::uint64_t);                                            \
-  template void cuda::fill_normal<T>(T*, std::int64_t, std::uint64_t, std::uint64_t,             \
-                                     std::uint64_t);                                             \
-  template void cuda::fill_normal_rows<T>(T*, std::int64_t, std::int64_t, std::uint64_t,         \
+#define PLATIPUS_INSTANTIATE(T)                                                                    \
+  template void detail::im2col<T>(const ConvLayout&, const T*, T*);                                \
+  template void detail::col2im<T>(const ConvLayout&, const T*, T*);                                \
+  template void cuda::fill<T>(T*, std::int64_t, T);                                                \
+  template void cuda::arange<T>(T*, std::int64_t);                                                 \
+  template void cuda::unary<T>(UnaryOp, const T*, T*, std::int64_t, T);                            \
+  template void cuda::binary<T>(BinaryOp, const T*, const T*, T*, const BroadcastLayout&);         \
+  template void cuda::axpy<T>(const T*, const T*, T*, std::int64_t, T);                            \
+  template void cuda::select<T>(const T*, const T*, const T*, T*, std::int64_t);                   \
+  template void cuda::adam<T>(T*, T*, T*, const T*, std::int64_t, const AdamStep<T>&, const T*);   \
+  template void cuda::reduce<T>(ReduceOp, const T*, T*, const ReduceLayout&);                      \
+  template void cuda::strided_copy<T>(const T*, T*, const CopyLayout&);                            \
+  template void cuda::gather<T>(const T*, const std::int64_t*, T*, const IndexLayout&);            \
+  template void cuda::scatter_add<T>(const T*, const std::int64_t*, T*, const IndexLayout&);       \
+  template void cuda::max_pool2d<T>(const PoolLayout&, const T*, T*, std::int64_t*);               \
+  template void cuda::batch_norm<T>(const NormLayout&, const T*, T, const T*, const T*, T*, T*,    \
+                                    T*);                                                           \
+  template void cuda::batch_norm_backward<T>(const NormLayout&, const T*, const T*, const T*,      \
+                                             const T*, T*, T*, T*);                                \
+  template void cuda::batch_norm_double_backward<T>(const NormLayout&, const T*, const T*,         \
+                                                    const T*, const T*, const T*, const T*,        \
+                                                    const T*, const T*, const T*, T*, T*, T*, T*); \
+  template void cuda::fill_uniform<T>(T*, std::int64_t, std::uint64_t, std::uint64_t,              \
+                                      std::uint64_t);                                              \
+  template void cuda::fill_normal<T>(T*, std::int64_t, std::uint64_t, std::uint64_t,               \
+                                     std::uint64_t);                                               \
+  template void cuda::fill_normal_rows<T>(T*, std::int64_t, std::int64_t, std::uint64_t,           \
                                           const TaskStreams&, std::uint64_t);
 PLATIPUS_INSTANTIATE(float)
 PLATIPUS_INSTANTIATE(double)

@@ -129,8 +129,8 @@ TEMPLATE_TEST_CASE("sum and max reductions match the CPU backend", "[cuda][backe
     }
 }
 
-TEMPLATE_TEST_CASE("batch norm and its backward match the CPU backend", "[cuda][backend]", float,
-                   double) {
+TEMPLATE_TEST_CASE("batch norm, its backward and its double backward match the CPU backend",
+                   "[cuda][backend]", float, double) {
   using T = TestType;
   // Groups of 12 elements (fewer than a block's threads) and of 3 x 2,000 (more),
   // images [T, N, C, H, W] and feature vectors [T, N, F].
@@ -152,6 +152,17 @@ TEMPLATE_TEST_CASE("batch norm and its backward match the CPU backend", "[cuda][
     check_close(host_grads.dx, device_grads.dx, tolerance<T>, "dx");
     check_close(host_grads.d_scale, device_grads.d_scale, 10 * tolerance<T>, "d_scale");
     check_close(host_grads.d_shift, device_grads.d_shift, 10 * tolerance<T>, "d_shift");
+    const Tensor<T> h = normal<T>(shape, 16), k = normal<T>(groups, 17), u = normal<T>(groups, 18);
+    const auto host_second =
+        raw::batch_norm_double_backward(host.x_hat, host.inv_std, scale, g, host_grads.d_scale,
+                                        host_grads.d_shift, h, k, u, positions);
+    const auto device_second = raw::batch_norm_double_backward(
+        device.x_hat, device.inv_std, on_device(scale), on_device(g), device_grads.d_scale,
+        device_grads.d_shift, on_device(h), on_device(k), on_device(u), positions);
+    check_close(host_second.d_x_hat, device_second.d_x_hat, 10 * tolerance<T>, "d_x_hat");
+    check_close(host_second.d_g, device_second.d_g, 10 * tolerance<T>, "d_g");
+    check_close(host_second.d_inv_std, device_second.d_inv_std, 100 * tolerance<T>, "d_inv_std");
+    check_close(host_second.d_scale, device_second.d_scale, 100 * tolerance<T>, "d_scale (second)");
   }
 }
 

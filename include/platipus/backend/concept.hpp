@@ -104,6 +104,8 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::batch_norm(norm, xd, 1.0, xd, xd, yd, yd, yd)};
   {B::batch_norm_backward(norm, x, x, x, x, y, y, y)};
   {B::batch_norm_backward(norm, xd, xd, xd, xd, yd, yd, yd)};
+  {B::batch_norm_double_backward(norm, x, x, x, x, x, x, x, x, x, y, y, y, y)};
+  {B::batch_norm_double_backward(norm, xd, xd, xd, xd, xd, xd, xd, xd, xd, yd, yd, yd, yd)};
 
   // Philox 4x32-10 fills from (seed, stream, first block); see core/philox.hpp.
   {B::fill_uniform(y, n, u, u, u)};

@@ -8,12 +8,15 @@
 // (the normalisation's Jacobian is symmetric), whose own rule is written with
 // batch_norm_backward itself (dx is linear in g) and a few per-group sums, so
 // MAML's second order and PLATIPUS's third differentiate through batch norm
-// without expanding it into chains of full-size elementwise ops.
+// without expanding it into chains of full-size elementwise ops. A sweep
+// that records nothing (a meta-gradient's outer one) takes that rule in two
+// fused passes instead (raw::batch_norm_double_backward).
 #pragma once
 
 #include <array>
 #include <vector>
 
+#include "platipus/autodiff/grad_mode.hpp"
 #include "platipus/autodiff/ops/arithmetic.hpp"
 #include "platipus/autodiff/ops/broadcast.hpp"
 #include "platipus/autodiff/ops/power.hpp"
@@ -56,6 +59,19 @@ std::vector<Var<T, B>> batch_norm_backward(const Var<T, B>& x_hat, const Var<T, 
         const auto x_hat = c.input(0), r = c.input(1), s = c.input(2), g = c.input(3);
         const auto h = c.grad(0), k = c.grad(1), u = c.grad(2);  // into dx, d_scale, d_shift
         const Shape& groups = r.shape();
+        if (h.defined() && !GradMode::enabled()) {  // nothing to record: two sweeps, fused
+          const auto zeros = Tensor<T, B>::zeros(groups);
+          auto d = raw::batch_norm_double_backward(x_hat.value(), r.value(), s.value(), g.value(),
+                                                   c.output(1).value(), c.output(2).value(),
+                                                   h.value(), k.defined() ? k.value() : zeros,
+                                                   u.defined() ? u.value() : zeros, positions);
+          Tape<T, B>& tape = c.tape();
+          if (c.needs(0)) c.set(0, tape.constant(std::move(d.d_x_hat)));
+          if (c.needs(1)) c.set(1, tape.constant(std::move(d.d_inv_std)));
+          if (c.needs(2)) c.set(2, tape.constant(std::move(d.d_scale)));
+          if (c.needs(3)) c.set(3, tape.constant(std::move(d.d_g)));
+          return;
+        }
         if (c.needs(3)) {
           Var<T, B> dg;
           if (h.defined()) dg = batch_norm_backward(x_hat, r, s, h, positions)[0];
@@ -65,24 +81,28 @@ std::vector<Var<T, B>> batch_norm_backward(const Var<T, B>& x_hat, const Var<T, 
         }
         // dx = r s (g - mean g - x_hat mean(x_hat g)), mean(x_hat g) = d_scale / count:
         // in x_hat, -r s (h mean(x_hat g) + g mean(x_hat h)), and d_scale's k g;
-        // in s, r times the bracket; in r, dx / r (r > 0).
+        // in s and r, r and s times <h, dx> / (r s), the per-group bracket
+        // sum(h g) - (sum(h) sum(g) + sum(x_hat h) sum(x_hat g)) / count.
+        Var<T, B> sum_xh;
+        if (h.defined() && (c.needs(0) || c.needs(1) || c.needs(2)))
+          sum_xh = sum_to(mul(x_hat, h), groups);
         if (c.needs(0)) {
           Var<T, B> d;
           if (h.defined()) {
             const auto mean_xg = platipus::scale(c.output(1), T(1) / count);
-            const auto mean_xh = platipus::scale(sum_to(mul(x_hat, h), groups), T(1) / count);
+            const auto mean_xh = platipus::scale(sum_xh, T(1) / count);
             d = neg(mul(mul(r, s), add(mul(h, mean_xg), mul(g, mean_xh))));
           }
           if (k.defined()) d = detail::sum_of(d, mul(g, k));
           c.set(0, d);
         }
-        if (!h.defined()) return;
-        if (c.needs(2))
-          c.set(
-              2,
-              sum_to(mul(h, batch_norm_backward(x_hat, r, detail::unit_scale(r), g, positions)[0]),
-                     groups));
-        if (c.needs(1)) c.set(1, div(sum_to(mul(h, c.output(0)), groups), r));
+        if (!h.defined() || !(c.needs(1) || c.needs(2))) return;
+        const auto bracket =
+            sub(sum_to(mul(h, g), groups),
+                platipus::scale(add(mul(sum_to(h, groups), c.output(2)), mul(sum_xh, c.output(1))),
+                                T(1) / count));
+        if (c.needs(2)) c.set(2, mul(r, bracket));
+        if (c.needs(1)) c.set(1, mul(s, bracket));
       });
 }
 

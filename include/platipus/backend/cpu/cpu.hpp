@@ -210,6 +210,14 @@ struct cpu {
                                   const T* scale, const T* g, T* dx, T* d_scale, T* d_shift) {
     detail::cpu_normalization::backward(l, x_hat, inv_std, scale, g, dx, d_scale, d_shift);
   }
+  template <class T>
+  static void batch_norm_double_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
+                                         const T* scale, const T* g, const T* sum_xg,
+                                         const T* sum_g, const T* h, const T* k, const T* u,
+                                         T* d_x_hat, T* d_inv_std, T* d_scale, T* d_g) {
+    detail::cpu_normalization::double_backward(l, x_hat, inv_std, scale, g, sum_xg, sum_g, h, k, u,
+                                               d_x_hat, d_inv_std, d_scale, d_g);
+  }
 
   // ---- random ----
   template <class T>

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "platipus/backend/layouts.hpp"
@@ -25,32 +24,31 @@ namespace platipus::detail::cpu_normalization {
 template <class T>
 using Chains [[gnu::vector_size(64)]] = T;
 
-// The two sums over p < n of f(a[p], b[p]) (which returns a pair), each in
-// interleaved chains of one Chains<T>, then added in double.
-template <class T, class F>
-std::array<double, 2> row_sums(const T* a, const T* b, std::int64_t n, F f) {
+// The S sums over p < n of the terms f(values, terms) writes from the I
+// rows' values at p (arrays of vectors, then of scalars), each summed in
+// interleaved chains of one Chains<T> and then in double. (Plain arrays:
+// GCC drops a vector type's attribute in a template argument.)
+template <std::size_t S, class T, std::size_t I, class F>
+std::array<double, S> row_sums(const std::array<const T*, I>& rows, std::int64_t n, F f) {
   using V = Chains<T>;
   constexpr std::int64_t lanes = sizeof(V) / sizeof(T);
-  V first = {}, second = {};
+  V chains[S] = {}, values[I], terms[S];
   std::int64_t p = 0;
   for (; p + lanes <= n; p += lanes) {
-    V va, vb;
-    std::memcpy(&va, a + p, sizeof(V));
-    std::memcpy(&vb, b + p, sizeof(V));
-    const auto [u, v] = f(va, vb);
-    first += u;
-    second += v;
+    for (std::size_t i = 0; i < I; ++i) std::memcpy(&values[i], rows[i] + p, sizeof(V));
+    f(values, terms);
+    for (std::size_t k = 0; k < S; ++k) chains[k] += terms[k];
   }
-  T rest_first = 0, rest_second = 0;
+  T rest[S] = {}, rest_values[I], rest_terms[S];
   for (; p < n; ++p) {
-    const auto [u, v] = f(a[p], b[p]);
-    rest_first += u;
-    rest_second += v;
+    for (std::size_t i = 0; i < I; ++i) rest_values[i] = rows[i][p];
+    f(rest_values, rest_terms);
+    for (std::size_t k = 0; k < S; ++k) rest[k] += rest_terms[k];
   }
-  std::array<double, 2> total{rest_first, rest_second};
-  for (std::int64_t k = 0; k < lanes; ++k) {
-    total[0] += first[k];
-    total[1] += second[k];
+  std::array<double, S> total;
+  for (std::size_t k = 0; k < S; ++k) {
+    total[k] = rest[k];
+    for (std::int64_t lane = 0; lane < lanes; ++lane) total[k] += chains[k][lane];
   }
   return total;
 }
@@ -79,9 +77,9 @@ void forward(const NormLayout& l, const T* x, T epsilon, const T* scale, const T
       for (std::size_t ch = 0; ch < c; ++ch) {
         const T* row = x + row_start(l, o, std::int64_t(ch), i);
         const T k = offsets[ch];
-        const auto s = row_sums(row, row, l.inner, [k](auto v, auto) {
-          const auto d = v - k;
-          return std::pair{d, d * d};
+        const auto s = row_sums<2>(std::array{row}, l.inner, [k](const auto* v, auto* terms) {
+          terms[0] = v[0] - k;
+          terms[1] = terms[0] * terms[0];
         });
         sums[ch] += s[0];
         squares[ch] += s[1];
@@ -119,10 +117,11 @@ void backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* sc
     for (std::int64_t i = 0; i < l.n; ++i)
       for (std::size_t ch = 0; ch < c; ++ch) {
         const std::int64_t start = row_start(l, o, std::int64_t(ch), i);
-        const T *gr = g + start, *xr = x_hat + start;
-        const auto s = row_sums(gr, xr, l.inner, [](auto gv, auto xv) {
-          return std::pair{gv, xv * gv};
-        });
+        const auto s = row_sums<2>(std::array{g + start, x_hat + start}, l.inner,
+                                   [](const auto* v, auto* terms) {
+                                     terms[0] = v[0];
+                                     terms[1] = v[1] * v[0];
+                                   });
         sum_g[ch] += s[0];
         sum_xg[ch] += s[1];
       }
@@ -140,6 +139,54 @@ void backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* sc
         for (std::int64_t p = start; p < start + l.inner; ++p)
           dx[p] = rs * (g[p] - mean_g - x_hat[p] * mean_xg);
       }
+  }
+}
+
+// batch_norm_backward's own gradients, for a gradient sweep that records
+// nothing (a meta-gradient's outer sweep): with dx, d_scale = sum_xg and
+// d_shift = sum_g its results and h, k, u the gradients flowing into them,
+// the gradients of <h, dx> + <k, d_scale> + <u, d_shift> in x_hat, inv_std,
+// scale and g. With A = sum(h), X = sum(x_hat h), C = sum(h g) per group and
+// bracket = C - (A sum_g + X sum_xg) / count:
+//   d_x_hat = g k - r s (h sum_xg + g X) / count,   d_inv_std = s bracket,
+//   d_g = r s (h - (A + x_hat X) / count) + x_hat k + u,   d_scale = r bracket.
+template <class T>
+void double_backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* scale,
+                     const T* g, const T* sum_xg, const T* sum_g, const T* h, const T* k,
+                     const T* u, T* d_x_hat, T* d_inv_std, T* d_scale, T* d_g) {
+  const double m = static_cast<double>(l.count());
+  const auto c = static_cast<std::size_t>(l.c);
+  std::vector<std::array<double, 3>> sums(c);
+  for (std::int64_t o = 0; o < l.outer; ++o) {
+    std::fill(sums.begin(), sums.end(), std::array<double, 3>{});
+    for (std::int64_t i = 0; i < l.n; ++i)
+      for (std::size_t ch = 0; ch < c; ++ch) {
+        const std::int64_t start = row_start(l, o, std::int64_t(ch), i);
+        const auto s = row_sums<3>(std::array{h + start, x_hat + start, g + start}, l.inner,
+                                   [](const auto* v, auto* terms) {
+                                     terms[0] = v[0];
+                                     terms[1] = v[1] * v[0];
+                                     terms[2] = v[0] * v[2];
+                                   });
+        for (std::size_t q = 0; q < 3; ++q) sums[ch][q] += s[q];
+      }
+    for (std::size_t ch = 0; ch < c; ++ch) {
+      const std::int64_t group = o * l.c + std::int64_t(ch);
+      const auto [a, x, hg] = sums[ch];
+      const double bracket = hg - (a * sum_g[group] + x * sum_xg[group]) / m;
+      d_scale[group] = static_cast<T>(inv_std[group] * bracket);
+      d_inv_std[group] = static_cast<T>(scale[group] * bracket);
+      const T rs = inv_std[group] * scale[group], mean_h = static_cast<T>(a / m),
+              mean_xh = static_cast<T>(x / m), mean_xg = static_cast<T>(sum_xg[group] / m),
+              kg = k[group], ug = u[group];
+      for (std::int64_t i = 0; i < l.n; ++i) {
+        const std::int64_t start = row_start(l, o, std::int64_t(ch), i);
+        for (std::int64_t p = start; p < start + l.inner; ++p) {
+          d_g[p] = rs * (h[p] - mean_h - x_hat[p] * mean_xh) + x_hat[p] * kg + ug;
+          d_x_hat[p] = g[p] * kg - rs * (h[p] * mean_xg + g[p] * mean_xh);
+        }
+      }
+    }
   }
 }
 

@@ -106,6 +106,11 @@ struct cuda {
   template <class T>
   static void batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
                                   const T* scale, const T* g, T* dx, T* d_scale, T* d_shift);
+  template <class T>
+  static void batch_norm_double_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
+                                         const T* scale, const T* g, const T* sum_xg,
+                                         const T* sum_g, const T* h, const T* k, const T* u,
+                                         T* d_x_hat, T* d_inv_std, T* d_scale, T* d_g);
 
   // ---- random ----
   template <class T>

@@ -320,6 +320,42 @@ __global__ void batch_norm_backward_kernel(NormLayout l, const T* x_hat, const T
   }
 }
 
+// batch_norm_backward's own gradients (cpu_normalization::double_backward).
+template <class T>
+__global__ void batch_norm_double_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std,
+                                                  const T* scale, const T* g, const T* sum_xg,
+                                                  const T* sum_g, const T* h, const T* k,
+                                                  const T* u, T* d_x_hat, T* d_inv_std, T* d_scale,
+                                                  T* d_g) {
+  const std::int64_t m = l.count();
+  for (std::int64_t group = blockIdx.x; group < l.groups(); group += gridDim.x) {
+    const std::int64_t o = group / l.c, ch = group % l.c;
+    double sum_h = 0, sum_xh = 0, sum_hg = 0;
+    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      const std::int64_t at = norm_element(l, o, ch, j);
+      sum_h += h[at];
+      sum_xh += static_cast<double>(x_hat[at]) * h[at];
+      sum_hg += static_cast<double>(h[at]) * g[at];
+    }
+    const double a = block_total(sum_h), x = block_total(sum_xh), hg = block_total(sum_hg);
+    const double bracket = hg - (a * sum_g[group] + x * sum_xg[group]) / static_cast<double>(m);
+    if (threadIdx.x == 0) {
+      d_scale[group] = static_cast<T>(inv_std[group] * bracket);
+      d_inv_std[group] = static_cast<T>(scale[group] * bracket);
+    }
+    const T rs = inv_std[group] * scale[group];
+    const T mean_h = static_cast<T>(a / static_cast<double>(m));
+    const T mean_xh = static_cast<T>(x / static_cast<double>(m));
+    const T mean_xg = static_cast<T>(sum_xg[group] / static_cast<double>(m));
+    const T kg = k[group], ug = u[group];
+    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      const std::int64_t at = norm_element(l, o, ch, j);
+      d_g[at] = rs * (h[at] - mean_h - x_hat[at] * mean_xh) + x_hat[at] * kg + ug;
+      d_x_hat[at] = g[at] * kg - rs * (h[at] * mean_xg + g[at] * mean_xh);
+    }
+  }
+}
+
 // im2col and col2im of the GEMM convolution engine (src/cuda/convolution_kernels.hpp).
 template <class T, class I>
 __global__ void im2col_kernel(const T* x, T* col, ConvLayout cl, I total) {
@@ -543,6 +579,16 @@ void cuda::batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv
   cuda_kernels::launch("cuda::batch_norm_backward", l.groups() * cuda_kernels::block_threads,
                        cuda_kernels::batch_norm_backward_kernel<T>, l, x_hat, inv_std, scale, g, dx,
                        d_scale, d_shift);
+}
+
+template <class T>
+void cuda::batch_norm_double_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
+                                      const T* scale, const T* g, const T* sum_xg, const T* sum_g,
+                                      const T* h, const T* k, const T* u, T* d_x_hat, T* d_inv_std,
+                                      T* d_scale, T* d_g) {
+  cuda_kernels::launch("cuda::batch_norm_double_backward", l.groups() * cuda_kernels::block_threads,
+                       cuda_kernels::batch_norm_double_backward_kernel<T>, l, x_hat, inv_std, scale,
+                       g, sum_xg, sum_g, h, k, u, d_x_hat, d_inv_std, d_scale, d_g);
 }
 
 template <class T>
