@@ -94,7 +94,7 @@ void forward(const NormLayout& l, const T* x, T epsilon, const T* scale, const T
     for (std::int64_t i = 0; i < l.n; ++i)
       for (std::size_t ch = 0; ch < c; ++ch) {
         const std::int64_t group = o * l.c + std::int64_t(ch),
-                           start = row_start(l, o, group % l.c, i);
+                           start = row_start(l, o, std::int64_t(ch), i);
         const T mean = means[ch], r = inv_std[group], s = scale[group], b = shift[group];
         for (std::int64_t p = start; p < start + l.inner; ++p) {
           const T normalised = (x[p] - mean) * r;
