@@ -2,6 +2,10 @@
 // and second order, in double precision, with inputs kept away from kinks.
 #include "catch.hpp"
 
+#include <cmath>
+#include <optional>
+#include <vector>
+
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
@@ -676,6 +680,80 @@ TEST_CASE("max_pool2d takes each window's maximum and routes the gradient to it"
   const auto flat = ties.variable(Tensor<double>::ones({1, 2, 2}));
   const auto g = grad(sum(max_pool2d(flat, {.kernel = 2, .stride = 2})), flat);
   CHECK(g.value().to_vector() == std::vector<double>{1, 0, 0, 0});
+}
+
+// 2 x 2 windows of stride 2 take the CPU's own loop (backend/cpu/
+// convolution.hpp, max_pool_2x2): odd sizes leave a row and a column out,
+// and values of few levels make most windows hold ties.
+TEST_CASE(
+    "max_pool2d over 2 x 2 windows of odd-sized images with ties takes each maximum and routes "
+    "its gradient to the first of equal values",
+    "[ops][conv]") {
+  std::vector<double> values(3 * 5 * 7);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = std::floor(3 * std::sin(2.3 * static_cast<double>(i) + 0.1));
+  Tape<double> tape;
+  const auto x = tape.variable(Tensor<double>::from_host({3, 5, 7}, values));
+  const auto y = max_pool2d(x, {.kernel = 2, .stride = 2});
+  REQUIRE(y.shape() == Shape{3, 2, 3});
+  const auto dy = normal(y.shape(), 5);
+  const auto g = grad(sum(y * tape.constant(dy.clone())), x).value().to_vector();
+  const auto got = y.value().to_vector(), dys = dy.to_vector();
+  std::vector<double> want(values.size(), 0.0);
+  std::size_t out = 0;
+  for (std::size_t plane = 0; plane < 3; ++plane)
+    for (std::size_t r = 0; r < 2; ++r)
+      for (std::size_t q = 0; q < 3; ++q, ++out) {
+        std::size_t best = (plane * 5 + 2 * r) * 7 + 2 * q;
+        for (std::size_t a = 0; a < 2; ++a)
+          for (std::size_t e = 0; e < 2; ++e) {
+            const std::size_t at = (plane * 5 + 2 * r + a) * 7 + 2 * q + e;
+            if (values[at] > values[best]) best = at;
+          }
+        CHECK(got[out] == values[best]);
+        want[best] += dys[out];
+      }
+  CHECK(g == want);
+}
+
+// conv2d adds its bias in the backend as it writes y (Winograd's output
+// transform, the GEMM's blocks): the definition is the convolution plus
+// the bias broadcast, an add op, and the two agree to the bit in float.
+TEST_CASE(
+    "conv2d's bias, added as the convolution writes its outputs, gives the bits of adding it "
+    "after, in the value and the gradients",
+    "[ops][conv]") {
+  using F = Var<float>;
+  const auto check_bits = [](const Shape& x_shape, const Shape& w_shape, const Shape& b_shape) {
+    INFO(fmt::format("x {}, w {}, b {}", x_shape, w_shape, b_shape));
+    Generator gen(3);
+    const auto x = raw::normal<float>(x_shape, gen), w = raw::normal<float>(w_shape, gen),
+               b = raw::normal<float>(b_shape, gen);
+    const Window same{.kernel = 3, .padding = 1};
+    Shape per_channel = b_shape.take_front(b_shape.rank() - 1);  // [..., 1, C_out, 1, 1]
+    for (auto d : {std::int64_t{1}, b_shape[b_shape.rank() - 1], std::int64_t{1}, std::int64_t{1}})
+      per_channel.push_back(d);
+    std::optional<Tensor<float>> dy;
+    const auto run = [&](bool in_convolution) {
+      Tape<float> tape;
+      const std::vector<F> inputs{tape.variable(x.clone()), tape.variable(w.clone()),
+                                  tape.variable(b.clone())};
+      const auto y = in_convolution ? conv2d(inputs[0], inputs[1], inputs[2], same)
+                                    : conv2d(inputs[0], inputs[1], F{}, same) +
+                                          reshape(inputs[2], per_channel);
+      if (!dy) dy = raw::normal<float>(y.shape(), gen);
+      std::vector<std::vector<float>> results{y.value().to_vector()};
+      for (const auto& g : grad(sum(y * tape.constant(dy->clone())), std::span<const F>(inputs)))
+        results.push_back(g.value().to_vector());
+      return results;
+    };
+    CHECK(run(true) == run(false));
+  };
+  check_bits({2, 3, 16, 9, 11}, {2, 16, 16, 3, 3}, {2, 16});  // Winograd, per-task filters
+  check_bits({2, 3, 16, 8, 8}, {16, 16, 3, 3}, {16});         // Winograd, shared filters
+  check_bits({2, 3, 3, 12, 12}, {2, 8, 3, 3, 3}, {2, 8});     // one image per GEMM
+  check_bits({2, 30, 3, 5, 4}, {8, 3, 3, 3}, {8});            // several images per GEMM
+  check_bits({2, 3, 3, 12, 12}, {8, 3, 3, 3}, {2, 8});  // shared filters, per-task bias: an add
 }
 
 TEST_CASE("conv2d and max_pool2d refuse shapes that do not fit, naming them",

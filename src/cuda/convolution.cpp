@@ -355,9 +355,17 @@ ConvolutionEngine cuda::convolution_engine() {
   return engine;
 }
 
+// The bias [groups, c_out] is added by the elementwise kernel that adding it
+// as an op would run, y [groups, n, c_out, Ho Wo] in place: the same sums.
 template <class T>
-void cuda::conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
+void cuda::conv2d(const ConvLayout& l, const T* x, const T* w, const T* bias, T* y) {
   by_gemm(l) ? gemm_conv2d(l, x, w, y) : cudnn_conv2d(l, x, w, y);
+  if (!bias) return;
+  BroadcastLayout add{.rank = 4};
+  add.dims = {l.groups, l.n, l.c_out, l.ho * l.wo};
+  add.stride_a = {l.n * l.c_out * l.ho * l.wo, l.c_out * l.ho * l.wo, l.ho * l.wo, 1};
+  add.stride_b = {l.c_out, 0, 1, 0};
+  binary(BinaryOp::add, y, bias, y, add);
 }
 template <class T>
 void cuda::conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {
@@ -369,7 +377,7 @@ void cuda::conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* d
 }
 
 #define PLATIPUS_INSTANTIATE(T)                                                        \
-  template void cuda::conv2d<T>(const ConvLayout&, const T*, const T*, T*);            \
+  template void cuda::conv2d<T>(const ConvLayout&, const T*, const T*, const T*, T*);  \
   template void cuda::conv2d_input_grad<T>(const ConvLayout&, const T*, const T*, T*); \
   template void cuda::conv2d_weight_grad<T>(const ConvLayout&, const T*, const T*, T*);
 PLATIPUS_INSTANTIATE(float)

@@ -81,13 +81,14 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::gather(xd, index, yd, il)};
   {B::scatter_add(xd, index, yd, il)};
 
-  // Grouped 2-D convolution (ConvLayout) and its two adjoints: the input
-  // gradient dx = conv2d_input_grad(dy, w) (a transposed convolution) and the
-  // filter gradient dw = conv2d_weight_grad(x, dy), both overwritten.
-  {B::conv2d(conv, x, x, y)};
+  // Grouped 2-D convolution (ConvLayout) plus a bias [groups, c_out] (or
+  // none: a null pointer), and its two adjoints: the input gradient dx =
+  // conv2d_input_grad(dy, w) (a transposed convolution) and the filter
+  // gradient dw = conv2d_weight_grad(x, dy), all overwritten.
+  {B::conv2d(conv, x, x, x, y)};
   {B::conv2d_input_grad(conv, x, x, y)};
   {B::conv2d_weight_grad(conv, x, x, y)};
-  {B::conv2d(conv, xd, xd, yd)};
+  {B::conv2d(conv, xd, xd, xd, yd)};
   {B::conv2d_input_grad(conv, xd, xd, yd)};
   {B::conv2d_weight_grad(conv, xd, xd, yd)};
   // Max pooling: values and the flat input position of each maximum (the

@@ -141,15 +141,22 @@ struct ConvNetSettings {
 // MAML's convolutional network (Finn et al. 2017, after Vinyals et al.):
 // `blocks` blocks of [3x3 convolution with padding 1, batch norm, ReLU, 2x2
 // max pooling] (or a stride-2 convolution, batch norm and ReLU), then
-// flatten and a linear layer to the classes.
+// flatten and a linear layer to the classes. With ReLU the pooling runs
+// first: max(0, .) commutes with a window's maximum exactly (the same values,
+// and the same gradients: the maximum is where it was, and a window with
+// none above zero passes none back either way), and the activation and its
+// backward then touch a quarter of the values. tanh and sigmoid in floating
+// point can tie where their inputs do not, so they keep the order.
 inline Sequential conv4(const ConvNetSettings& s) {
   Sequential model(Shape{s.channels, s.size, s.size});
+  const bool pool_first = s.activation == Activation::relu;
   for (int b = 0; b < s.blocks; ++b) {
     model.conv2d(s.filters, s.strided ? Window{.kernel = 3, .stride = 2, .padding = 1}
                                       : Window{.kernel = 3, .padding = 1});
     if (s.batch_norm) model.batch_norm();
+    if (!s.strided && pool_first) model.max_pool2d();
     model.activation(s.activation);
-    if (!s.strided) model.max_pool2d();
+    if (!s.strided && !pool_first) model.max_pool2d();
   }
   return model.flatten().linear(s.outputs);
 }

@@ -70,12 +70,21 @@ inline Shape conv_output_shape(const Shape& x, const ConvLayout& l) {
   return y;
 }
 
-// y = w * x, no bias: [..., N, C_out, Ho, Wo].
+// y = w * x (+ bias): [..., N, C_out, Ho, Wo], the bias null or one per
+// filter bank, [..., C_out] with w's leading axes.
 template <class T, class B>
-Tensor<T, B> conv2d(const Tensor<T, B>& x, const Tensor<T, B>& w, const Window& window) {
-  const ConvLayout l = conv_layout(x.shape(), w.shape(), window, "conv2d");
+Tensor<T, B> conv2d(const Tensor<T, B>& x, const Tensor<T, B>& w, const Window& window,
+                    const Tensor<T, B>* bias = nullptr) {
+  constexpr std::string_view who = "conv2d";
+  const ConvLayout l = conv_layout(x.shape(), w.shape(), window, who);
+  if (bias) {
+    Shape banks = w.shape().take_front(w.rank() - 4);
+    banks.push_back(l.c_out);
+    check(bias->shape() == banks, who, "the bias {} must be [..., C_out] like the weights {}",
+          bias->shape(), w.shape());
+  }
   Tensor<T, B> y(conv_output_shape(x.shape(), l));
-  if (y.numel()) B::conv2d(l, x.data(), w.data(), y.data());
+  if (y.numel()) B::conv2d(l, x.data(), w.data(), bias ? bias->data() : nullptr, y.data());
   return y;
 }
 

@@ -38,6 +38,29 @@ Var<T, B> grouped_conv2d(const Var<T, B>& x, const Var<T, B>& w, const Window& w
       saves_inputs);
 }
 
+// The same plus a bias b [..., C_out] with w's leading axes, added by the
+// backend as it writes the outputs (one sweep of y fewer than an add op).
+// b's gradient is the one an add would give: g summed to [..., 1, C_out, 1,
+// 1], the same reduction in the same order, so the same bits.
+template <class T, class B>
+Var<T, B> grouped_conv2d(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b,
+                         const Window& window) {
+  return record(
+      "conv2d", {x, w, b}, raw::conv2d(x.value(), w.value(), window, &b.value()),
+      [window](Backward<T, B>& c) {
+        const auto g = c.grad(), x = c.input(0), w = c.input(1), b = c.input(2);
+        if (c.needs(0)) c.set(0, conv2d_input_grad(g, w, x.shape(), window));
+        if (c.needs(1)) c.set(1, conv2d_weight_grad(x, g, w.shape(), window));
+        if (c.needs(2)) {
+          Shape per_channel = b.shape().take_front(b.rank() - 1);  // [..., 1, C_out, 1, 1]
+          for (auto d : {std::int64_t{1}, b.dim(-1), std::int64_t{1}, std::int64_t{1}})
+            per_channel.push_back(d);
+          c.set(2, reshape(sum_to(g, per_channel), b.shape()));
+        }
+      },
+      Saved{.inputs = 0b011, .outputs = false});
+}
+
 }  // namespace detail
 
 // The gradient of <dy, w * x> in x, for x of shape x_shape (a transposed
@@ -89,20 +112,28 @@ Var<T, B> conv2d(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b, con
     for (int a = tail_of.rank() - 4; a < tail_of.rank(); ++a) s.push_back(tail_of[a]);
     return s;
   };
+  const std::int64_t c_out = w.dim(-4);
+  check(!b.defined() || (b.rank() >= 1 && b.dim(-1) == c_out), who,
+        "the bias {} must end in C_out = {}", b.shape(), c_out);
+  // A bias with the filter banks' leading axes goes into the convolution.
+  const auto banks_bias = [&](const Shape& banks) {
+    return b.defined() && b.shape().take_front(b.rank() - 1) == banks;
+  };
   Var<T, B> y;
+  bool biased = false;
   if (w_lead.numel() == 1) {  // shared filters: the images of every task form one group
-    y = detail::grouped_conv2d(x, reshape(w, w.shape().drop_front(w.rank() - 4)), window);
+    const auto w4 = reshape(w, w.shape().drop_front(w.rank() - 4));
+    biased = banks_bias(Shape{});
+    y = biased ? detail::grouped_conv2d(x, w4, b, window) : detail::grouped_conv2d(x, w4, window);
     Shape out = with_lead(y.shape());
     if (out != y.shape()) y = reshape(y, out);
   } else {
     const auto xe = x_lead == lead ? x : expand(x, with_lead(x.shape()));
     const auto we = w_lead == lead ? w : expand(w, with_lead(w.shape()));
-    y = detail::grouped_conv2d(xe, we, window);
+    biased = banks_bias(lead);
+    y = biased ? detail::grouped_conv2d(xe, we, b, window) : detail::grouped_conv2d(xe, we, window);
   }
-  if (!b.defined()) return y;
-  const std::int64_t c_out = w.dim(-4);
-  check(b.rank() >= 1 && b.dim(-1) == c_out, who, "the bias {} must end in C_out = {}", b.shape(),
-        c_out);
+  if (!b.defined() || biased) return y;
   Shape bias = b.shape().take_front(b.rank() - 1);  // [..., 1, C_out, 1, 1]
   for (auto d : {std::int64_t{1}, c_out, std::int64_t{1}, std::int64_t{1}}) bias.push_back(d);
   return y + reshape(b, bias);

@@ -183,8 +183,8 @@ struct cpu {
 
   // ---- convolution and pooling (backend/cpu/convolution.hpp) ----
   template <class T>
-  static void conv2d(const ConvLayout& l, const T* x, const T* w, T* y) {
-    detail::cpu_convolution::forward(l, x, w, y);
+  static void conv2d(const ConvLayout& l, const T* x, const T* w, const T* bias, T* y) {
+    detail::cpu_convolution::forward(l, x, w, bias, y);
   }
   template <class T>
   static void conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx) {

@@ -84,29 +84,44 @@ void transform_filters(const T* w, std::int64_t rows, std::int64_t cols, bool tr
 // v [16, c, tiles] = B^T d B for the 4x4 input block d of each tile of m
 // images x [m, c, h, w] (padding 1: the block of tile (i, j) starts at
 // (2 i - 1, 2 j - 1)), tile columns `ld` apart. Each plane is first copied
-// into `padded` inside a border of zeros, so that the blocks read no bounds.
+// into `padded` inside a border of zeros, every row split into its even
+// and its odd columns: the block's columns 2 j .. 2 j + 3 are then even[j],
+// odd[j], even[j + 1] and odd[j + 1], so that the loop over a row's tiles
+// reads and writes in unit steps and vectorises (the same operations as
+// on the block, so the same bits).
 template <class T>
 void transform_input(const ConvLayout& l, const Tiling& s, const T* x, std::int64_t m,
                      std::int64_t c, T* v, std::int64_t ld, T* padded) {
-  const std::int64_t h = l.h, w = l.w, pw = 2 * s.cols + 2, next = c * ld;
+  const std::int64_t h = l.h, w = l.w, half = s.cols + 1, pw = 2 * half, next = c * ld;
   std::fill(padded, padded + padded_size(s), T(0));
   for (std::int64_t k = 0; k < m; ++k)
     for (std::int64_t ch = 0; ch < c; ++ch) {
       const T* plane = x + (k * c + ch) * h * w;
-      for (std::int64_t r = 0; r < h; ++r) std::copy_n(plane + r * w, w, padded + (r + 1) * pw + 1);
+      for (std::int64_t r = 0; r < h; ++r) {  // x's column q is the padded one q + 1
+        const T* from = plane + r * w;
+        T* even = padded + (r + 1) * pw;
+        T* odd = even + half;
+        for (std::int64_t q = 0; 2 * q < w; ++q) odd[q] = from[2 * q];
+        for (std::int64_t q = 0; 2 * q + 1 < w; ++q) even[q + 1] = from[2 * q + 1];
+      }
       T* out = v + ch * ld + k * s.per_image;
       for (std::int64_t i = 0; i < s.rows; ++i) {
-        const T* d0 = padded + 2 * i * pw;
-        const T *d1 = d0 + pw, *d2 = d1 + pw, *d3 = d2 + pw;
+        const T* e0 = padded + 2 * i * pw;
+        const T *e1 = e0 + pw, *e2 = e1 + pw, *e3 = e2 + pw;
+        const T *o0 = e0 + half, *o1 = e1 + half, *o2 = e2 + half, *o3 = e3 + half;
         T* cell = out + i * s.cols;
+#pragma GCC ivdep
         for (std::int64_t j = 0; j < s.cols; ++j) {
+          const T d[4][4] = {{e0[j], o0[j], e0[j + 1], o0[j + 1]},
+                             {e1[j], o1[j], e1[j + 1], o1[j + 1]},
+                             {e2[j], o2[j], e2[j + 1], o2[j + 1]},
+                             {e3[j], o3[j], e3[j + 1], o3[j + 1]}};
           T t[4][4];
           for (int b = 0; b < 4; ++b) {  // B^T d
-            const std::int64_t at = 2 * j + b;
-            t[0][b] = d0[at] - d2[at];
-            t[1][b] = d1[at] + d2[at];
-            t[2][b] = d2[at] - d1[at];
-            t[3][b] = d1[at] - d3[at];
+            t[0][b] = d[0][b] - d[2][b];
+            t[1][b] = d[1][b] + d[2][b];
+            t[2][b] = d[2][b] - d[1][b];
+            t[3][b] = d[1][b] - d[3][b];
           }
           for (int a = 0; a < 4; ++a) {  // (B^T d) B
             cell[(a * 4 + 0) * next + j] = t[a][0] - t[a][2];
@@ -119,36 +134,61 @@ void transform_input(const ConvLayout& l, const Tiling& s, const T* x, std::int6
     }
 }
 
-// y [m, c_out, h, w] = A^T p A for each tile's products p of p [16, c_out, tiles].
+// y [m, c_out, h, w] = A^T p A + bias for each tile's products p of p [16,
+// c_out, tiles], bias [c_out] or none. The tiles wholly inside the plane go
+// through one loop that vectorises; those past its bottom or right edge (odd
+// h or w) through the checked one.
 template <class T>
 void transform_output(const ConvLayout& l, const Tiling& s, const T* p, std::int64_t m,
-                      std::int64_t c_out, std::int64_t ld, T* y) {
+                      std::int64_t c_out, std::int64_t ld, const T* bias, T* y) {
   const std::int64_t h = l.h, w = l.w, next = c_out * ld;
   for (std::int64_t k = 0; k < m; ++k)
     for (std::int64_t ch = 0; ch < c_out; ++ch) {
       T* plane = y + (k * c_out + ch) * h * w;
       const T* in = p + ch * ld + k * s.per_image;
-      for (std::int64_t i = 0; i < s.rows; ++i)
-        for (std::int64_t j = 0; j < s.cols; ++j) {
-          const T* cell = in + i * s.cols + j;
+      const T b = bias ? bias[ch] : T(-0.0);  // x + -0 is x for every x, -0 included
+      for (std::int64_t i = 0; i < s.rows; ++i) {
+        const T* cells = in + i * s.cols;
+        T *top = plane + 2 * i * w, *bottom = top + w;
+        const auto tile = [&](std::int64_t j, T(&out)[2][2]) {
           T q[4][4], t[2][4];
           for (int a = 0; a < 4; ++a)
-            for (int b = 0; b < 4; ++b) q[a][b] = cell[(a * 4 + b) * next];
+            for (int b = 0; b < 4; ++b) q[a][b] = cells[(a * 4 + b) * next + j];
           for (int b = 0; b < 4; ++b) {  // A^T q
             t[0][b] = q[0][b] + q[1][b] + q[2][b];
             t[1][b] = q[1][b] - q[2][b] - q[3][b];
           }
-          for (std::int64_t a = 0; a < 2 && 2 * i + a < h; ++a) {  // (A^T q) A
-            T* row = plane + (2 * i + a) * w + 2 * j;
-            row[0] = t[a][0] + t[a][1] + t[a][2];
-            if (2 * j + 1 < w) row[1] = t[a][1] - t[a][2] - t[a][3];
+          for (int a = 0; a < 2; ++a) {  // (A^T q) A, then the bias
+            out[a][0] = (t[a][0] + t[a][1] + t[a][2]) + b;
+            out[a][1] = (t[a][1] - t[a][2] - t[a][3]) + b;
+          }
+        };
+        const std::int64_t inside = 2 * i + 1 < h ? w / 2 : 0;
+#pragma GCC ivdep
+        for (std::int64_t j = 0; j < inside; ++j) {
+          T out[2][2];
+          tile(j, out);
+          top[2 * j] = out[0][0];
+          top[2 * j + 1] = out[0][1];
+          bottom[2 * j] = out[1][0];
+          bottom[2 * j + 1] = out[1][1];
+        }
+        for (std::int64_t j = inside; j < s.cols; ++j) {
+          T out[2][2];
+          tile(j, out);
+          for (std::int64_t a = 0; a < 2 && 2 * i + a < h; ++a) {
+            T* row = top + a * w + 2 * j;
+            row[0] = out[a][0];
+            if (2 * j + 1 < w) row[1] = out[a][1];
           }
         }
+      }
     }
 }
 
 // e' [16, c_out, tiles] = A e A^T for each 2x2 tile e of the output gradient
-// dy [m, c_out, h, w] (zeros past the edges).
+// dy [m, c_out, h, w] (zeros past the edges), the tiles inside the plane in
+// one loop that vectorises, as in transform_output.
 template <class T>
 void transform_output_grad(const ConvLayout& l, const Tiling& s, const T* dy, std::int64_t m, T* e,
                            std::int64_t ld) {
@@ -157,26 +197,38 @@ void transform_output_grad(const ConvLayout& l, const Tiling& s, const T* dy, st
     for (std::int64_t ch = 0; ch < c_out; ++ch) {
       const T* plane = dy + (k * c_out + ch) * h * w;
       T* out = e + ch * ld + k * s.per_image;
-      for (std::int64_t i = 0; i < s.rows; ++i)
-        for (std::int64_t j = 0; j < s.cols; ++j) {
-          T g[2][2], t[4][2];
-          for (std::int64_t a = 0; a < 2; ++a)
-            for (std::int64_t b = 0; b < 2; ++b)
-              g[a][b] = 2 * i + a < h && 2 * j + b < w ? plane[(2 * i + a) * w + 2 * j + b] : T(0);
+      for (std::int64_t i = 0; i < s.rows; ++i) {
+        T* cells = out + i * s.cols;
+        const T *top = plane + 2 * i * w, *bottom = top + w;
+        const auto tile = [&](std::int64_t j, const T(&g)[2][2]) {
+          T t[4][2];
           for (int b = 0; b < 2; ++b) {  // A g
             t[0][b] = g[0][b];
             t[1][b] = g[0][b] + g[1][b];
             t[2][b] = g[0][b] - g[1][b];
             t[3][b] = -g[1][b];
           }
-          T* cell = out + i * s.cols + j;
           for (int a = 0; a < 4; ++a) {  // (A g) A^T
-            cell[(a * 4 + 0) * next] = t[a][0];
-            cell[(a * 4 + 1) * next] = t[a][0] + t[a][1];
-            cell[(a * 4 + 2) * next] = t[a][0] - t[a][1];
-            cell[(a * 4 + 3) * next] = -t[a][1];
+            cells[(a * 4 + 0) * next + j] = t[a][0];
+            cells[(a * 4 + 1) * next + j] = t[a][0] + t[a][1];
+            cells[(a * 4 + 2) * next + j] = t[a][0] - t[a][1];
+            cells[(a * 4 + 3) * next + j] = -t[a][1];
           }
+        };
+        const std::int64_t inside = 2 * i + 1 < h ? w / 2 : 0;
+#pragma GCC ivdep
+        for (std::int64_t j = 0; j < inside; ++j) {
+          const T g[2][2] = {{top[2 * j], top[2 * j + 1]}, {bottom[2 * j], bottom[2 * j + 1]}};
+          tile(j, g);
         }
+        for (std::int64_t j = inside; j < s.cols; ++j) {
+          T g[2][2];
+          for (std::int64_t a = 0; a < 2; ++a)
+            for (std::int64_t b = 0; b < 2; ++b)
+              g[a][b] = 2 * i + a < h && 2 * j + b < w ? top[a * w + 2 * j + b] : T(0);
+          tile(j, g);
+        }
+      }
     }
 }
 
@@ -203,10 +255,11 @@ void transform_filter_grad(const T* du, std::int64_t c_out, std::int64_t c, T* d
 }
 
 // y [n, c_out, h, w] = the convolution of x [n, c_in, h, w] by the filters
-// transformed into u [16, c_out, c_in], `images` at a time.
+// transformed into u [16, c_out, c_in], plus bias [c_out] (or none),
+// `images` at a time.
 template <class T>
 void convolve(const ConvLayout& l, const Tiling& s, const T* x, std::int64_t c_in,
-              std::int64_t c_out, const T* u, T* v, T* p, T* padded, T* y) {
+              std::int64_t c_out, const T* u, T* v, T* p, T* padded, const T* bias, T* y) {
   const std::int64_t ld = s.images * s.per_image;
   for (std::int64_t first = 0; first < l.n; first += s.images) {
     const std::int64_t m = std::min(s.images, l.n - first), width = m * s.per_image;
@@ -217,7 +270,7 @@ void convolve(const ConvLayout& l, const Tiling& s, const T* x, std::int64_t c_i
           .noalias() = Eigen::Map<const Matrix<T>>(u + point * c_out * c_in, c_out, c_in) *
                        Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>(
                            v + point * c_in * ld, c_in, width, Eigen::OuterStride<>(ld));
-    transform_output(l, s, p, m, c_out, ld, y + first * c_out * l.h * l.w);
+    transform_output(l, s, p, m, c_out, ld, bias, y + first * c_out * l.h * l.w);
   }
 }
 

@@ -91,7 +91,7 @@ struct cuda {
   static void set_convolution_engine(ConvolutionEngine engine);
   static ConvolutionEngine convolution_engine();
   template <class T>
-  static void conv2d(const ConvLayout& l, const T* x, const T* w, T* y);
+  static void conv2d(const ConvLayout& l, const T* x, const T* w, const T* bias, T* y);
   template <class T>
   static void conv2d_input_grad(const ConvLayout& l, const T* dy, const T* w, T* dx);
   template <class T>
