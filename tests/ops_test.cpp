@@ -751,6 +751,7 @@ TEST_CASE(
   };
   check_bits({2, 3, 16, 9, 11}, {2, 16, 16, 3, 3}, {2, 16});  // Winograd, per-task filters
   check_bits({2, 3, 16, 8, 8}, {16, 16, 3, 3}, {16});         // Winograd, shared filters
+  check_bits({1, 5, 16, 8, 8}, {1, 16, 16, 3, 3}, {1, 16});   // one task's chunk
   check_bits({2, 3, 3, 12, 12}, {2, 8, 3, 3, 3}, {2, 8});     // one image per GEMM
   check_bits({2, 30, 3, 5, 4}, {8, 3, 3, 3}, {8});            // several images per GEMM
   check_bits({2, 3, 3, 12, 12}, {8, 3, 3, 3}, {2, 8});  // shared filters, per-task bias: an add

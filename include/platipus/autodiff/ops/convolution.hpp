@@ -116,21 +116,20 @@ Var<T, B> conv2d(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b, con
   check(!b.defined() || (b.rank() >= 1 && b.dim(-1) == c_out), who,
         "the bias {} must end in C_out = {}", b.shape(), c_out);
   // A bias with the filter banks' leading axes goes into the convolution.
-  const auto banks_bias = [&](const Shape& banks) {
-    return b.defined() && b.shape().take_front(b.rank() - 1) == banks;
-  };
+  const Shape b_lead = b.defined() ? b.shape().take_front(b.rank() - 1) : Shape{};
   Var<T, B> y;
   bool biased = false;
   if (w_lead.numel() == 1) {  // shared filters: the images of every task form one group
     const auto w4 = reshape(w, w.shape().drop_front(w.rank() - 4));
-    biased = banks_bias(Shape{});
-    y = biased ? detail::grouped_conv2d(x, w4, b, window) : detail::grouped_conv2d(x, w4, window);
+    biased = b.defined() && b_lead.numel() == 1;
+    y = biased ? detail::grouped_conv2d(x, w4, b.rank() == 1 ? b : reshape(b, Shape{c_out}), window)
+               : detail::grouped_conv2d(x, w4, window);
     Shape out = with_lead(y.shape());
     if (out != y.shape()) y = reshape(y, out);
   } else {
     const auto xe = x_lead == lead ? x : expand(x, with_lead(x.shape()));
     const auto we = w_lead == lead ? w : expand(w, with_lead(w.shape()));
-    biased = banks_bias(lead);
+    biased = b.defined() && b_lead == lead;
     y = biased ? detail::grouped_conv2d(xe, we, b, window) : detail::grouped_conv2d(xe, we, window);
   }
   if (!b.defined() || biased) return y;
