@@ -113,8 +113,9 @@ Var<T, B> conv2d(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b, con
     return s;
   };
   const std::int64_t c_out = w.dim(-4);
-  check(!b.defined() || (b.rank() >= 1 && b.dim(-1) == c_out), who,
-        "the bias {} must end in C_out = {}", b.shape(), c_out);
+  if (b.defined())
+    check(b.rank() >= 1 && b.dim(-1) == c_out, who, "the bias {} must end in C_out = {}", b.shape(),
+          c_out);
   // A bias with the filter banks' leading axes goes into the convolution.
   const Shape b_lead = b.defined() ? b.shape().take_front(b.rank() - 1) : Shape{};
   Var<T, B> y;
