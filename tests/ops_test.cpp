@@ -45,6 +45,24 @@ void check_derivatives(const Fn& f, const Inputs& inputs) {
   CHECK(second);
 }
 
+// f's gradients at the inputs by a sweep that records nothing equal those
+// by one that records (create_graph), where rules may fuse their passes.
+void check_unrecorded_sweep(const Fn& f, const Inputs& inputs) {
+  const auto sweep = [&](bool create_graph) {
+    Tape<double> tape;
+    std::vector<V> v;
+    for (const auto& t : inputs) v.push_back(tape.variable(t.clone()));
+    std::vector<std::vector<double>> values;
+    for (const auto& g : grad(f(v), std::span<const V>(v), {.create_graph = create_graph}))
+      values.push_back(g.to_vector());
+    return values;
+  };
+  const auto unrecorded = sweep(false), recorded = sweep(true);
+  for (std::size_t i = 0; i < unrecorded.size(); ++i)
+    for (std::size_t j = 0; j < unrecorded[i].size(); ++j)
+      CHECK(unrecorded[i][j] == Approx(recorded[i][j]).margin(1e-12));
+}
+
 Inputs list(Tensor<double> a) {
   Inputs v;
   v.push_back(std::move(a));
@@ -549,7 +567,8 @@ TEST_CASE(
 // CPU computes 3 x 3 convolutions of stride 1 and padding 1 by Winograd's
 // F(2x2, 3x3) (backend/cpu/winograd.hpp): odd sizes leave tiles half past the
 // edges, and 35 images of 8 x 8 (16 tiles, 32 to a round of products) and 11
-// of 14 x 14 (49 tiles, 10 to a round) leave remainders.
+// of 14 x 14 (49 tiles, 10 to a round) leave remainders. Rows of 4, 7, 6 and
+// 19 tiles take one vector, two overlapping ones and three (lanes.hpp).
 TEST_CASE(
     "conv2d by Winograd's minimal filtering equals the direct convolution, and its adjoints "
     "agree",
@@ -558,6 +577,7 @@ TEST_CASE(
   check_convolution_and_adjoints(same, {2, 35, 16, 8, 8}, {2, 17, 16, 3, 3});
   check_convolution_and_adjoints(same, {1, 11, 17, 14, 14}, {1, 16, 17, 3, 3});
   check_convolution_and_adjoints(same, {2, 3, 16, 9, 11}, {2, 18, 16, 3, 3});
+  check_convolution_and_adjoints(same, {1, 2, 16, 12, 37}, {1, 16, 16, 3, 3});
 }
 
 TEST_CASE("conv2d equals the filters times the unfolded windows (unfold, im2col)", "[ops][conv]") {
@@ -818,39 +838,33 @@ TEST_CASE(
       },
       list(x.clone(), positive(groups, 74), normal(groups, 75), normal(images, 76)));
   // A sweep that records nothing takes batch_norm_backward's rule in fused
-  // passes: the same gradients as the recorded rule's.
+  // passes.
   const auto h = normal(images, 80);
-  const auto sweep = [&](bool create_graph) {
-    Tape<double> tape;
-    const std::array v{tape.variable(x.clone()), tape.variable(positive(groups, 74)),
-                       tape.variable(normal(groups, 75)), tape.variable(normal(images, 76))};
-    const auto x_hat = batch_norm(v[0], tape.constant(Tensor<double>::ones(groups)),
-                                  tape.constant(Tensor<double>::zeros(groups)), 2, 1e-3);
-    const auto d = batch_norm_backward(x_hat, v[1], v[2], v[3], 2);
-    const auto loss = sum(d[0] * tape.constant(h.clone())) +
-                      sum(d[1] * tape.constant(w_scale.clone())) +
-                      sum(d[2] * tape.constant(w_shift.clone()));
-    std::vector<std::vector<double>> values;
-    for (const auto& g : grad(loss, std::span<const V>(v), {.create_graph = create_graph}))
-      values.push_back(g.to_vector());
-    return values;
-  };
-  const auto fused = sweep(false), recorded = sweep(true);
-  for (std::size_t i = 0; i < fused.size(); ++i)
-    for (std::size_t j = 0; j < fused[i].size(); ++j)
-      CHECK(fused[i][j] == Approx(recorded[i][j]).margin(1e-12));
-  // Third and fourth order: F = <d/d(x, scale, shift) L, u>; F's first and
-  // second derivatives are L's third and fourth.
-  const auto u = list(normal(images, 77), normal(groups, 78), normal({4, 1, 1}, 79));
-  check_derivatives(
+  check_unrecorded_sweep(
       [&](std::span<const V> v) {
-        const auto loss = sum(tanh(batch_norm(v[0], v[1], v[2], 2, 1e-3)) * v[0]);
-        const auto g = grad(loss, v, {.create_graph = true});
         Tape<double>& tape = v[0].tape();
-        return sum(g[0] * tape.constant(u[0].clone())) + sum(g[1] * tape.constant(u[1].clone())) +
-               sum(g[2] * tape.constant(u[2].clone()));
+        const auto x_hat = batch_norm(v[0], tape.constant(Tensor<double>::ones(groups)),
+                                      tape.constant(Tensor<double>::zeros(groups)), 2, 1e-3);
+        const auto d = batch_norm_backward(x_hat, v[1], v[2], v[3], 2);
+        return sum(d[0] * tape.constant(h.clone())) + sum(d[1] * tape.constant(w_scale.clone())) +
+               sum(d[2] * tape.constant(w_shift.clone()));
       },
-      inputs());
+      list(x.clone(), positive(groups, 74), normal(groups, 75), normal(images, 76)));
+  // Third and fourth order: F = <d/d(x, scale, shift) L, u>; F's first and
+  // second derivatives are L's third and fourth. F's gradient reaches
+  // batch_norm from all three of its results (y, and x_hat and inv_std
+  // through batch_norm_backward's rule), which a sweep that records nothing
+  // takes in one fused kernel.
+  const auto u = list(normal(images, 77), normal(groups, 78), normal({4, 1, 1}, 79));
+  const auto along_u = [&](std::span<const V> v) {
+    const auto loss = sum(tanh(batch_norm(v[0], v[1], v[2], 2, 1e-3)) * v[0]);
+    const auto g = grad(loss, v, {.create_graph = true});
+    Tape<double>& tape = v[0].tape();
+    return sum(g[0] * tape.constant(u[0].clone())) + sum(g[1] * tape.constant(u[1].clone())) +
+           sum(g[2] * tape.constant(u[2].clone()));
+  };
+  check_unrecorded_sweep(along_u, inputs());
+  check_derivatives(along_u, inputs());
 }
 
 TEST_CASE("batch_norm refuses a single value per channel, a non-positive epsilon and mismatches",
@@ -874,4 +888,11 @@ TEST_CASE("batch_norm refuses a single value per channel, a non-positive epsilon
   const auto x_hat = batch_norm(x, ones({4}), ones({4}), 0, 1e-5);
   CHECK_THROWS_WITH(batch_norm_backward(x_hat, ones({2, 1, 3}), ones({2, 1, 3}), x_hat, 0),
                     Contains("batch_norm_backward") && Contains("[2, 1, 3]"));
+  // The fused whole gradient's extra inputs must match x_hat and the statistics.
+  const auto r = Tensor<double>::ones({2, 1, 4}), wrong = Tensor<double>::ones({2, 3});
+  CHECK_THROWS_WITH(raw::batch_norm_backward(x_hat.value(), r, r, x_hat.value(), 0, &wrong),
+                    Contains("batch_norm_backward") && Contains("[2, 3, 4]") && Contains("[2, 3]"));
+  CHECK_THROWS_WITH(
+      raw::batch_norm_backward(x_hat.value(), r, r, x_hat.value(), 0, nullptr, &wrong),
+      Contains("batch_norm_backward") && Contains("[2, 1, 4]") && Contains("[2, 3]"));
 }

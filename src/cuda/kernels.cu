@@ -23,7 +23,7 @@ namespace platipus {
   template void cuda::batch_norm<T>(const NormLayout&, const T*, T, const T*, const T*, T*, T*,    \
                                     T*);                                                           \
   template void cuda::batch_norm_backward<T>(const NormLayout&, const T*, const T*, const T*,      \
-                                             const T*, T*, T*, T*);                                \
+                                             const T*, const T*, const T*, T*, T*, T*);            \
   template void cuda::batch_norm_double_backward<T>(const NormLayout&, const T*, const T*,         \
                                                     const T*, const T*, const T*, const T*,        \
                                                     const T*, const T*, const T*, T*, T*, T*, T*); \

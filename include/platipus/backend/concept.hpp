@@ -100,11 +100,14 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   // with inv_std = 1 / sqrt(biased variance + epsilon) and y = x_hat * scale
   // + shift, one inv_std, scale and shift per group; and its backward from
   // g = dL/dy: d_shift = sum(g), d_scale = sum(x_hat g) per group and
-  // dx = inv_std scale (g - mean(g) - x_hat mean(x_hat g)).
+  // dx = inv_std scale (g - mean(g) - x_hat mean(x_hat g)), plus, where the
+  // gradients h into x_hat and q into inv_std are given (else null), those
+  // results' own terms inv_std (h - mean(h) - x_hat mean(x_hat h)) and
+  // -x_hat q inv_std^2 / count.
   {B::batch_norm(norm, x, 1.0f, x, x, y, y, y)};
   {B::batch_norm(norm, xd, 1.0, xd, xd, yd, yd, yd)};
-  {B::batch_norm_backward(norm, x, x, x, x, y, y, y)};
-  {B::batch_norm_backward(norm, xd, xd, xd, xd, yd, yd, yd)};
+  {B::batch_norm_backward(norm, x, x, x, x, x, x, y, y, y)};
+  {B::batch_norm_backward(norm, xd, xd, xd, xd, xd, xd, yd, yd, yd)};
   {B::batch_norm_double_backward(norm, x, x, x, x, x, x, x, x, x, y, y, y, y)};
   {B::batch_norm_double_backward(norm, xd, xd, xd, xd, xd, xd, xd, xd, xd, yd, yd, yd, yd)};
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "platipus/tensor/tensor.hpp"
@@ -73,17 +74,21 @@ Normalized<T, B> batch_norm(const Tensor<T, B>& x, const Tensor<T, B>& scale,
 
 // The gradients of <g, y> for y = batch_norm(x) * scale + shift: in x,
 // inv_std scale (g - mean(g) - x_hat mean(x_hat g)); in scale, sum(x_hat g);
-// in shift, sum(g) (per group).
+// in shift, sum(g) (per group). With g_x_hat and g_inv_std (or null), the
+// gradients flowing into batch_norm's x_hat and inv_std results, dx is
+// batch_norm's whole gradient in x: plus inv_std (g_x_hat - mean(g_x_hat) -
+// x_hat mean(x_hat g_x_hat)) - x_hat g_inv_std inv_std^2 / count.
 template <class T, class B>
 struct NormalizedGradients {
   Tensor<T, B> dx, d_scale, d_shift;
 };
 
 template <class T, class B>
-NormalizedGradients<T, B> batch_norm_backward(const Tensor<T, B>& x_hat,
-                                              const Tensor<T, B>& inv_std,
-                                              const Tensor<T, B>& scale, const Tensor<T, B>& g,
-                                              int positions) {
+NormalizedGradients<T, B> batch_norm_backward(
+    const Tensor<T, B>& x_hat, const Tensor<T, B>& inv_std, const Tensor<T, B>& scale,
+    const Tensor<T, B>& g, int positions,
+    const std::type_identity_t<Tensor<T, B>>* g_x_hat = nullptr,
+    const std::type_identity_t<Tensor<T, B>>* g_inv_std = nullptr) {
   constexpr std::string_view who = "batch_norm_backward";
   const NormLayout l = norm_layout(x_hat.shape(), positions, who);
   const Shape statistics = norm_statistics_shape(x_hat.shape(), positions);
@@ -91,10 +96,18 @@ NormalizedGradients<T, B> batch_norm_backward(const Tensor<T, B>& x_hat,
         "x_hat {}, inv_std {} and the gradient {} do not match", x_hat.shape(), inv_std.shape(),
         g.shape());
   detail::check_statistics(statistics, scale.shape(), scale.shape(), who);
+  if (g_x_hat)
+    check(g_x_hat->shape() == x_hat.shape(), who, "x_hat {} and its gradient {} do not match",
+          x_hat.shape(), g_x_hat->shape());
+  if (g_inv_std)
+    check(g_inv_std->shape() == statistics, who, "inv_std {} and its gradient {} do not match",
+          statistics, g_inv_std->shape());
   NormalizedGradients<T, B> out{Tensor<T, B>(g.shape()), Tensor<T, B>(statistics),
                                 Tensor<T, B>(statistics)};
   if (g.numel())
-    B::batch_norm_backward(l, x_hat.data(), inv_std.data(), scale.data(), g.data(), out.dx.data(),
+    B::batch_norm_backward(l, x_hat.data(), inv_std.data(), scale.data(), g.data(),
+                           g_x_hat ? g_x_hat->data() : nullptr,
+                           g_inv_std ? g_inv_std->data() : nullptr, out.dx.data(),
                            out.d_scale.data(), out.d_shift.data());
   return out;
 }

@@ -9,8 +9,10 @@
 // batch_norm_backward itself (dx is linear in g) and a few per-group sums, so
 // MAML's second order and PLATIPUS's third differentiate through batch norm
 // without expanding it into chains of full-size elementwise ops. A sweep
-// that records nothing (a meta-gradient's outer one) takes that rule in two
-// fused passes instead (raw::batch_norm_double_backward).
+// that records nothing (a meta-gradient's outer one) takes both rules in
+// fused passes instead: batch_norm's whole gradient (from y, x_hat and r) in
+// one raw::batch_norm_backward, batch_norm_backward's in
+// raw::batch_norm_double_backward.
 #pragma once
 
 #include <array>
@@ -140,6 +142,16 @@ Var<T, B> batch_norm(const Var<T, B>& x, const Var<T, B>& scale, const Var<T, B>
       [positions, count](Backward<T, B>& c) {
         const auto x_hat = c.output(1), r = c.output(2), s = c.input(1);
         const auto gy = c.grad(0), gx = c.grad(1), gr = c.grad(2);
+        if (gy.defined() && !GradMode::enabled()) {  // nothing to record: one fused kernel
+          auto d = raw::batch_norm_backward(x_hat.value(), r.value(), s.value(), gy.value(),
+                                            positions, gx.defined() ? &gx.value() : nullptr,
+                                            gr.defined() ? &gr.value() : nullptr);
+          Tape<T, B>& tape = c.tape();
+          if (c.needs(0)) c.set(0, tape.constant(std::move(d.dx)));
+          if (c.needs(1)) c.set(1, tape.constant(std::move(d.d_scale)));
+          if (c.needs(2)) c.set(2, tape.constant(std::move(d.d_shift)));
+          return;
+        }
         Var<T, B> dx, ds, db;
         if (gy.defined()) {
           const auto d = batch_norm_backward(x_hat, r, s, gy, positions);

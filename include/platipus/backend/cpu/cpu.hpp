@@ -207,8 +207,10 @@ struct cpu {
   }
   template <class T>
   static void batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
-                                  const T* scale, const T* g, T* dx, T* d_scale, T* d_shift) {
-    detail::cpu_normalization::backward(l, x_hat, inv_std, scale, g, dx, d_scale, d_shift);
+                                  const T* scale, const T* g, const T* g_x_hat, const T* g_inv_std,
+                                  T* dx, T* d_scale, T* d_shift) {
+    detail::cpu_normalization::backward(l, x_hat, inv_std, scale, g, g_x_hat, g_inv_std, dx,
+                                        d_scale, d_shift);
   }
   template <class T>
   static void batch_norm_double_backward(const NormLayout& l, const T* x_hat, const T* inv_std,

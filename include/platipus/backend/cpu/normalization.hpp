@@ -105,39 +105,62 @@ void forward(const NormLayout& l, const T* x, T epsilon, const T* scale, const T
   }
 }
 
+// With g_x_hat (or null) and g_inv_std (per group, or null) the gradients
+// flowing into batch_norm's other two results, dx takes their terms too,
+// r (g_x_hat - mean(g_x_hat) - x_hat mean(x_hat g_x_hat)) and
+// -x_hat g_inv_std r^2 / count: batch_norm's whole gradient in one kernel
+// for a sweep that records nothing (a meta-gradient's outer one).
 template <class T>
 void backward(const NormLayout& l, const T* x_hat, const T* inv_std, const T* scale, const T* g,
-              T* dx, T* d_scale, T* d_shift) {
+              const T* g_x_hat, const T* g_inv_std, T* dx, T* d_scale, T* d_shift) {
   const double m = static_cast<double>(l.count());
   const auto c = static_cast<std::size_t>(l.c);
-  std::vector<double> sum_g(c), sum_xg(c);
+  std::vector<std::array<double, 4>> sums(c);  // of g, x_hat g, g_x_hat, x_hat g_x_hat
   for (std::int64_t o = 0; o < l.outer; ++o) {
-    std::fill(sum_g.begin(), sum_g.end(), 0.0);
-    std::fill(sum_xg.begin(), sum_xg.end(), 0.0);
+    std::fill(sums.begin(), sums.end(), std::array<double, 4>{});
     for (std::int64_t i = 0; i < l.n; ++i)
       for (std::size_t ch = 0; ch < c; ++ch) {
         const std::int64_t start = row_start(l, o, std::int64_t(ch), i);
-        const auto s = row_sums<2>(std::array{g + start, x_hat + start}, l.inner,
-                                   [](const auto* v, auto* terms) {
-                                     terms[0] = v[0];
-                                     terms[1] = v[1] * v[0];
-                                   });
-        sum_g[ch] += s[0];
-        sum_xg[ch] += s[1];
+        auto& to = sums[ch];
+        if (g_x_hat) {
+          const auto s = row_sums<4>(std::array{g + start, x_hat + start, g_x_hat + start}, l.inner,
+                                     [](const auto* v, auto* terms) {
+                                       terms[0] = v[0];
+                                       terms[1] = v[1] * v[0];
+                                       terms[2] = v[2];
+                                       terms[3] = v[1] * v[2];
+                                     });
+          for (std::size_t q = 0; q < 4; ++q) to[q] += s[q];
+        } else {
+          const auto s = row_sums<2>(std::array{g + start, x_hat + start}, l.inner,
+                                     [](const auto* v, auto* terms) {
+                                       terms[0] = v[0];
+                                       terms[1] = v[1] * v[0];
+                                     });
+          to[0] += s[0];
+          to[1] += s[1];
+        }
       }
     for (std::size_t ch = 0; ch < c; ++ch) {
       const std::int64_t group = o * l.c + std::int64_t(ch);
-      d_shift[group] = static_cast<T>(sum_g[ch]);
-      d_scale[group] = static_cast<T>(sum_xg[ch]);
+      d_shift[group] = static_cast<T>(sums[ch][0]);
+      d_scale[group] = static_cast<T>(sums[ch][1]);
     }
     for (std::int64_t i = 0; i < l.n; ++i)
       for (std::size_t ch = 0; ch < c; ++ch) {
         const std::int64_t group = o * l.c + std::int64_t(ch),
                            start = row_start(l, o, std::int64_t(ch), i);
-        const T mean_g = static_cast<T>(sum_g[ch] / m), mean_xg = static_cast<T>(sum_xg[ch] / m);
-        const T rs = inv_std[group] * scale[group];
-        for (std::int64_t p = start; p < start + l.inner; ++p)
-          dx[p] = rs * (g[p] - mean_g - x_hat[p] * mean_xg);
+        const auto [sum_g, sum_xg, sum_h, sum_xh] = sums[ch];
+        const T mean_g = static_cast<T>(sum_g / m), mean_xg = static_cast<T>(sum_xg / m),
+                mean_h = static_cast<T>(sum_h / m), mean_xh = static_cast<T>(sum_xh / m);
+        const T r = inv_std[group], rs = r * scale[group];
+        const T by_inv_std = g_inv_std ? g_inv_std[group] * (r * r) * (T(-1) / T(m)) : T(0);
+        for (std::int64_t p = start; p < start + l.inner; ++p) {
+          T d = rs * (g[p] - mean_g - x_hat[p] * mean_xg);
+          if (g_x_hat) d = d + r * (g_x_hat[p] - mean_h - x_hat[p] * mean_xh);
+          if (g_inv_std) d = d + x_hat[p] * by_inv_std;
+          dx[p] = d;
+        }
       }
   }
 }

@@ -20,6 +20,7 @@
 
 #include <Eigen/Core>
 
+#include "platipus/backend/cpu/lanes.hpp"
 #include "platipus/backend/layouts.hpp"
 
 namespace platipus::detail::winograd {
@@ -87,8 +88,8 @@ void transform_filters(const T* w, std::int64_t rows, std::int64_t cols, bool tr
 // into `padded` inside a border of zeros, every row split into its even
 // and its odd columns: the block's columns 2 j .. 2 j + 3 are then even[j],
 // odd[j], even[j + 1] and odd[j + 1], so that the loop over a row's tiles
-// reads and writes in unit steps and vectorises (the same operations as
-// on the block, so the same bits).
+// reads and writes in unit steps, in vectors (lanes.hpp; the same
+// operations as on the block, so the same bits).
 template <class T>
 void transform_input(const ConvLayout& l, const Tiling& s, const T* x, std::int64_t m,
                      std::int64_t c, T* v, std::int64_t ld, T* padded) {
@@ -110,13 +111,16 @@ void transform_input(const ConvLayout& l, const Tiling& s, const T* x, std::int6
         const T *e1 = e0 + pw, *e2 = e1 + pw, *e3 = e2 + pw;
         const T *o0 = e0 + half, *o1 = e1 + half, *o2 = e2 + half, *o3 = e3 + half;
         T* cell = out + i * s.cols;
-#pragma GCC ivdep
-        for (std::int64_t j = 0; j < s.cols; ++j) {
-          const T d[4][4] = {{e0[j], o0[j], e0[j + 1], o0[j + 1]},
-                             {e1[j], o1[j], e1[j + 1], o1[j + 1]},
-                             {e2[j], o2[j], e2[j + 1], o2[j + 1]},
-                             {e3[j], o3[j], e3[j + 1], o3[j + 1]}};
-          T t[4][4];
+        lanes::for_lanes<T>(s.cols, [&](std::int64_t j, auto vector) {
+          using V = decltype(vector);
+          const auto at = [j](const T* row, std::int64_t q) {
+            return lanes::load<V>(row + j + q);
+          };
+          const V d[4][4] = {{at(e0, 0), at(o0, 0), at(e0, 1), at(o0, 1)},
+                             {at(e1, 0), at(o1, 0), at(e1, 1), at(o1, 1)},
+                             {at(e2, 0), at(o2, 0), at(e2, 1), at(o2, 1)},
+                             {at(e3, 0), at(o3, 0), at(e3, 1), at(o3, 1)}};
+          V t[4][4];
           for (int b = 0; b < 4; ++b) {  // B^T d
             t[0][b] = d[0][b] - d[2][b];
             t[1][b] = d[1][b] + d[2][b];
@@ -124,19 +128,20 @@ void transform_input(const ConvLayout& l, const Tiling& s, const T* x, std::int6
             t[3][b] = d[1][b] - d[3][b];
           }
           for (int a = 0; a < 4; ++a) {  // (B^T d) B
-            cell[(a * 4 + 0) * next + j] = t[a][0] - t[a][2];
-            cell[(a * 4 + 1) * next + j] = t[a][1] + t[a][2];
-            cell[(a * 4 + 2) * next + j] = t[a][2] - t[a][1];
-            cell[(a * 4 + 3) * next + j] = t[a][1] - t[a][3];
+            T* point = cell + a * 4 * next + j;
+            lanes::store(point, t[a][0] - t[a][2]);
+            lanes::store(point + next, t[a][1] + t[a][2]);
+            lanes::store(point + 2 * next, t[a][2] - t[a][1]);
+            lanes::store(point + 3 * next, t[a][1] - t[a][3]);
           }
-        }
+        });
       }
     }
 }
 
 // y [m, c_out, h, w] = A^T p A + bias for each tile's products p of p [16,
 // c_out, tiles], bias [c_out] or none. The tiles wholly inside the plane go
-// through one loop that vectorises; those past its bottom or right edge (odd
+// through one loop in vectors (lanes.hpp); those past its bottom or right edge (odd
 // h or w) through the checked one.
 template <class T>
 void transform_output(const ConvLayout& l, const Tiling& s, const T* p, std::int64_t m,
@@ -146,33 +151,30 @@ void transform_output(const ConvLayout& l, const Tiling& s, const T* p, std::int
     for (std::int64_t ch = 0; ch < c_out; ++ch) {
       T* plane = y + (k * c_out + ch) * h * w;
       const T* in = p + ch * ld + k * s.per_image;
-      const T b = bias ? bias[ch] : T(-0.0);  // x + -0 is x for every x, -0 included
+      const T added = bias ? bias[ch] : T(-0.0);  // x + -0 is x for every x, -0 included
       for (std::int64_t i = 0; i < s.rows; ++i) {
         const T* cells = in + i * s.cols;
         T *top = plane + 2 * i * w, *bottom = top + w;
-        const auto tile = [&](std::int64_t j, T(&out)[2][2]) {
-          T q[4][4], t[2][4];
+        const auto tile = [&]<class V>(std::int64_t j, V(&out)[2][2]) {
+          V q[4][4], t[2][4];
           for (int a = 0; a < 4; ++a)
-            for (int b = 0; b < 4; ++b) q[a][b] = cells[(a * 4 + b) * next + j];
+            for (int b = 0; b < 4; ++b) q[a][b] = lanes::load<V>(cells + (a * 4 + b) * next + j);
           for (int b = 0; b < 4; ++b) {  // A^T q
             t[0][b] = q[0][b] + q[1][b] + q[2][b];
             t[1][b] = q[1][b] - q[2][b] - q[3][b];
           }
           for (int a = 0; a < 2; ++a) {  // (A^T q) A, then the bias
-            out[a][0] = (t[a][0] + t[a][1] + t[a][2]) + b;
-            out[a][1] = (t[a][1] - t[a][2] - t[a][3]) + b;
+            out[a][0] = (t[a][0] + t[a][1] + t[a][2]) + added;
+            out[a][1] = (t[a][1] - t[a][2] - t[a][3]) + added;
           }
         };
         const std::int64_t inside = 2 * i + 1 < h ? w / 2 : 0;
-#pragma GCC ivdep
-        for (std::int64_t j = 0; j < inside; ++j) {
-          T out[2][2];
+        lanes::for_lanes<T>(inside, [&](std::int64_t j, auto vector) {
+          decltype(vector) out[2][2];
           tile(j, out);
-          top[2 * j] = out[0][0];
-          top[2 * j + 1] = out[0][1];
-          bottom[2 * j] = out[1][0];
-          bottom[2 * j + 1] = out[1][1];
-        }
+          lanes::store_interleaved(top + 2 * j, out[0][0], out[0][1]);
+          lanes::store_interleaved(bottom + 2 * j, out[1][0], out[1][1]);
+        });
         for (std::int64_t j = inside; j < s.cols; ++j) {
           T out[2][2];
           tile(j, out);
@@ -188,7 +190,7 @@ void transform_output(const ConvLayout& l, const Tiling& s, const T* p, std::int
 
 // e' [16, c_out, tiles] = A e A^T for each 2x2 tile e of the output gradient
 // dy [m, c_out, h, w] (zeros past the edges), the tiles inside the plane in
-// one loop that vectorises, as in transform_output.
+// one loop in vectors, as in transform_output.
 template <class T>
 void transform_output_grad(const ConvLayout& l, const Tiling& s, const T* dy, std::int64_t m, T* e,
                            std::int64_t ld) {
@@ -200,8 +202,8 @@ void transform_output_grad(const ConvLayout& l, const Tiling& s, const T* dy, st
       for (std::int64_t i = 0; i < s.rows; ++i) {
         T* cells = out + i * s.cols;
         const T *top = plane + 2 * i * w, *bottom = top + w;
-        const auto tile = [&](std::int64_t j, const T(&g)[2][2]) {
-          T t[4][2];
+        const auto tile = [&]<class V>(std::int64_t j, const V(&g)[2][2]) {
+          V t[4][2];
           for (int b = 0; b < 2; ++b) {  // A g
             t[0][b] = g[0][b];
             t[1][b] = g[0][b] + g[1][b];
@@ -209,18 +211,21 @@ void transform_output_grad(const ConvLayout& l, const Tiling& s, const T* dy, st
             t[3][b] = -g[1][b];
           }
           for (int a = 0; a < 4; ++a) {  // (A g) A^T
-            cells[(a * 4 + 0) * next + j] = t[a][0];
-            cells[(a * 4 + 1) * next + j] = t[a][0] + t[a][1];
-            cells[(a * 4 + 2) * next + j] = t[a][0] - t[a][1];
-            cells[(a * 4 + 3) * next + j] = -t[a][1];
+            T* point = cells + a * 4 * next + j;
+            lanes::store(point, t[a][0]);
+            lanes::store(point + next, t[a][0] + t[a][1]);
+            lanes::store(point + 2 * next, t[a][0] - t[a][1]);
+            lanes::store(point + 3 * next, -t[a][1]);
           }
         };
         const std::int64_t inside = 2 * i + 1 < h ? w / 2 : 0;
-#pragma GCC ivdep
-        for (std::int64_t j = 0; j < inside; ++j) {
-          const T g[2][2] = {{top[2 * j], top[2 * j + 1]}, {bottom[2 * j], bottom[2 * j + 1]}};
+        lanes::for_lanes<T>(inside, [&](std::int64_t j, auto vector) {
+          using V = decltype(vector);
+          const auto [top_even, top_odd] = lanes::load_deinterleaved<V>(top + 2 * j);
+          const auto [bottom_even, bottom_odd] = lanes::load_deinterleaved<V>(bottom + 2 * j);
+          const V g[2][2] = {{top_even, top_odd}, {bottom_even, bottom_odd}};
           tile(j, g);
-        }
+        });
         for (std::int64_t j = inside; j < s.cols; ++j) {
           T g[2][2];
           for (std::int64_t a = 0; a < 2; ++a)

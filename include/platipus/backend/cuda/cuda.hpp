@@ -105,7 +105,8 @@ struct cuda {
                          T* x_hat, T* inv_std, T* y);
   template <class T>
   static void batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
-                                  const T* scale, const T* g, T* dx, T* d_scale, T* d_shift);
+                                  const T* scale, const T* g, const T* g_x_hat, const T* g_inv_std,
+                                  T* dx, T* d_scale, T* d_shift);
   template <class T>
   static void batch_norm_double_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
                                          const T* scale, const T* g, const T* sum_xg,

@@ -292,30 +292,44 @@ __global__ void batch_norm_kernel(NormLayout l, const T* x, T epsilon, const T* 
   }
 }
 
+// With g_x_hat and g_inv_std (or null), batch_norm's whole gradient
+// (cpu_normalization::backward).
 template <class T>
 __global__ void batch_norm_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std,
-                                           const T* scale, const T* g, T* dx, T* d_scale,
-                                           T* d_shift) {
+                                           const T* scale, const T* g, const T* g_x_hat,
+                                           const T* g_inv_std, T* dx, T* d_scale, T* d_shift) {
   const std::int64_t m = l.count();
   for (std::int64_t group = blockIdx.x; group < l.groups(); group += gridDim.x) {
     const std::int64_t o = group / l.c, ch = group % l.c;
-    double sum_g = 0, sum_xg = 0;
+    double sum_g = 0, sum_xg = 0, sum_h = 0, sum_xh = 0;
     for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
       const std::int64_t at = norm_element(l, o, ch, j);
       sum_g += g[at];
       sum_xg += static_cast<double>(x_hat[at]) * g[at];
+      if (g_x_hat) {
+        sum_h += g_x_hat[at];
+        sum_xh += static_cast<double>(x_hat[at]) * g_x_hat[at];
+      }
     }
     const double total_g = block_total(sum_g), total_xg = block_total(sum_xg);
+    const double total_h = g_x_hat ? block_total(sum_h) : 0.0,
+                 total_xh = g_x_hat ? block_total(sum_xh) : 0.0;
     if (threadIdx.x == 0) {
       d_shift[group] = static_cast<T>(total_g);
       d_scale[group] = static_cast<T>(total_xg);
     }
     const T mean_g = static_cast<T>(total_g / static_cast<double>(m));
     const T mean_xg = static_cast<T>(total_xg / static_cast<double>(m));
-    const T rs = inv_std[group] * scale[group];
+    const T mean_h = static_cast<T>(total_h / static_cast<double>(m));
+    const T mean_xh = static_cast<T>(total_xh / static_cast<double>(m));
+    const T r = inv_std[group], rs = r * scale[group];
+    const T by_inv_std = g_inv_std ? g_inv_std[group] * (r * r) * (T(-1) / T(m)) : T(0);
     for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
       const std::int64_t at = norm_element(l, o, ch, j);
-      dx[at] = rs * (g[at] - mean_g - x_hat[at] * mean_xg);
+      T d = rs * (g[at] - mean_g - x_hat[at] * mean_xg);
+      if (g_x_hat) d = d + r * (g_x_hat[at] - mean_h - x_hat[at] * mean_xh);
+      if (g_inv_std) d = d + x_hat[at] * by_inv_std;
+      dx[at] = d;
     }
   }
 }
@@ -575,10 +589,11 @@ void cuda::batch_norm(const NormLayout& l, const T* x, T epsilon, const T* scale
 
 template <class T>
 void cuda::batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
-                               const T* scale, const T* g, T* dx, T* d_scale, T* d_shift) {
+                               const T* scale, const T* g, const T* g_x_hat, const T* g_inv_std,
+                               T* dx, T* d_scale, T* d_shift) {
   cuda_kernels::launch("cuda::batch_norm_backward", l.groups() * cuda_kernels::block_threads,
-                       cuda_kernels::batch_norm_backward_kernel<T>, l, x_hat, inv_std, scale, g, dx,
-                       d_scale, d_shift);
+                       cuda_kernels::batch_norm_backward_kernel<T>, l, x_hat, inv_std, scale, g,
+                       g_x_hat, g_inv_std, dx, d_scale, d_shift);
 }
 
 template <class T>
