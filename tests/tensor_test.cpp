@@ -242,6 +242,30 @@ TEST_CASE("gather and scatter_add are adjoint", "[tensor]") {
                     Contains("index_select") && Contains("3"));
 }
 
+// scatter_add writes its output whole (the CPU zeroes it a block of 4096
+// elements at a time as the sums land): 3 x 10000 rows of 2, indices that
+// descend, repeat, jump across blocks and return below them; and no index.
+TEST_CASE("scatter_add writes zeros wherever no index lands, in any order of the indices",
+          "[tensor]") {
+  const std::int64_t extent = 10000;
+  const std::vector<std::int64_t> where{9999, 5000, 5000, 17, 8000, 0, 4097, 9998};
+  const auto count = static_cast<std::int64_t>(where.size());
+  const Index<> idx = Index<>::from_host({count}, std::span<const std::int64_t>(where));
+  const T g = iota({3, count, 2}, 1);
+  const auto got = raw::scatter_add(g, 1, idx, extent).to_vector();
+  std::vector<double> want(static_cast<std::size_t>(3 * extent * 2), 0.0);
+  const auto from = g.to_vector();
+  for (std::int64_t o = 0; o < 3; ++o)
+    for (std::int64_t j = 0; j < count; ++j)
+      for (std::int64_t i = 0; i < 2; ++i)
+        want[static_cast<std::size_t>((o * extent + where[static_cast<std::size_t>(j)]) * 2 + i)] +=
+            from[static_cast<std::size_t>((o * count + j) * 2 + i)];
+  CHECK(got == want);
+  const Index<> none = Index<>::from_host({0}, std::span<const std::int64_t>());
+  CHECK(raw::scatter_add(T::ones({3, 0, 2}), 1, none, 5).to_vector() ==
+        std::vector<double>(30, 0.0));
+}
+
 TEST_CASE("Philox 4x32-10 reproduces the Random123 known-answer vectors", "[random]") {
   CHECK(philox4x32_10(0, 0, 0) == PhiloxBlock{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
   CHECK(philox4x32_10(0xffffffffffffffffull, 0xffffffffffffffffull, 0xffffffffffffffffull) ==

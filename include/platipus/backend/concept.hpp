@@ -75,7 +75,8 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::gemm(gd, xd, xd, yd)};
 
   // Gather along an axis (dst[o, j, i] = src[o, index[j], i]) and its adjoint
-  // (dst[o, index[j], i] += src[o, j, i]).
+  // (dst = zeros, then dst[o, index[j], i] += src[o, j, i]: dst is written
+  // whole, so a backend may zero it as the sums land).
   {B::gather(x, index, y, il)};
   {B::scatter_add(x, index, y, il)};
   {B::gather(xd, index, yd, il)};

@@ -54,8 +54,8 @@ Tensor<T, B> scatter_add(const Tensor<T, B>& g, int axis, const Index<B>& index,
   detail::check_index(index, extent, "index_add");
   Shape out_shape = g.shape();
   out_shape[a] = extent;
-  Tensor<T, B> y = Tensor<T, B>::zeros(out_shape);
-  if (g.numel())
+  Tensor<T, B> y(out_shape);  // the backend writes it whole
+  if (y.numel())
     B::scatter_add(g.data(), index.data(), y.data(),
                    detail::index_layout(out_shape, a, index.numel()));
   return y;

@@ -51,8 +51,8 @@ template <class T, class B>
 Var<T, B> put_add(const Var<T, B>& g, const Positions<B>& positions, const Shape& shape) {
   check(g.numel() == positions->numel(), "put_add", "{} positions for a gradient of shape {}",
         positions->numel(), g.shape());
-  auto y = Tensor<T, B>::zeros(shape);
-  if (g.numel())
+  Tensor<T, B> y(shape);  // the backend writes it whole
+  if (y.numel())
     B::scatter_add(g.value().data(), positions->data(), y.data(),
                    detail::flat_positions(y.numel(), g.numel()));
   return record(

@@ -171,14 +171,28 @@ struct cpu {
         std::copy_n(src + (o * l.source_axis + index[j]) * l.inner, l.inner,
                     dst + (o * l.count + j) * l.inner);
   }
+  // dst is zeroed a block at a time just ahead of the sums that land in it
+  // (for any order of the indices: everything below `zeroed` is zeros or
+  // sums), so that where the indices mostly ascend, as max pooling's
+  // positions do, each block is written while it is in cache rather than
+  // zero-filled in a sweep of its own (the same sums onto the same zeros).
   template <class T>
   static void scatter_add(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
+    constexpr std::int64_t block = 4096;
+    const std::int64_t size = l.outer * l.source_axis * l.inner;
+    std::int64_t zeroed = 0;
     for (std::int64_t o = 0; o < l.outer; ++o)
       for (std::int64_t j = 0; j < l.count; ++j) {
         const T* s = src + (o * l.count + j) * l.inner;
-        T* d = dst + (o * l.source_axis + index[j]) * l.inner;
-        for (std::int64_t i = 0; i < l.inner; ++i) d[i] += s[i];
+        const std::int64_t at = (o * l.source_axis + index[j]) * l.inner;
+        if (at + l.inner > zeroed) {
+          const std::int64_t to = std::min(size, std::max(at + l.inner, zeroed + block));
+          std::fill(dst + zeroed, dst + to, T(0));
+          zeroed = to;
+        }
+        for (std::int64_t i = 0; i < l.inner; ++i) dst[at + i] += s[i];
       }
+    std::fill(dst + zeroed, dst + size, T(0));
   }
 
   // ---- convolution and pooling (backend/cpu/convolution.hpp) ----

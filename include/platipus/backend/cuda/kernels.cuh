@@ -608,6 +608,7 @@ void cuda::batch_norm_double_backward(const NormLayout& l, const T* x_hat, const
 
 template <class T>
 void cuda::scatter_add(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
+  fill(dst, l.outer * l.source_axis * l.inner, T(0));
   const std::int64_t n = l.outer * l.count * l.inner;
   cuda_kernels::launch("cuda::scatter_add", n, cuda_kernels::scatter_add_kernel<T>, src, index, dst,
                        l, n);
