@@ -703,37 +703,49 @@ TEST_CASE("max_pool2d takes each window's maximum and routes the gradient to it"
 }
 
 // 2 x 2 windows of stride 2 take the CPU's own loop (backend/cpu/
-// convolution.hpp, max_pool_2x2): odd sizes leave a row and a column out,
-// and values of few levels make most windows hold ties.
+// convolution.hpp, max_pool_2x2, in vectors of 2 to 16 lanes, the last one
+// overlapping): odd sizes leave a row and a column out, and values of few
+// levels make most windows hold ties.
 TEST_CASE(
     "max_pool2d over 2 x 2 windows of odd-sized images with ties takes each maximum and routes "
     "its gradient to the first of equal values",
     "[ops][conv]") {
-  std::vector<double> values(3 * 5 * 7);
-  for (std::size_t i = 0; i < values.size(); ++i)
-    values[i] = std::floor(3 * std::sin(2.3 * static_cast<double>(i) + 0.1));
-  Tape<double> tape;
-  const auto x = tape.variable(Tensor<double>::from_host({3, 5, 7}, values));
-  const auto y = max_pool2d(x, {.kernel = 2, .stride = 2});
-  REQUIRE(y.shape() == Shape{3, 2, 3});
-  const auto dy = normal(y.shape(), 5);
-  const auto g = grad(sum(y * tape.constant(dy.clone())), x).value().to_vector();
-  const auto got = y.value().to_vector(), dys = dy.to_vector();
-  std::vector<double> want(values.size(), 0.0);
-  std::size_t out = 0;
-  for (std::size_t plane = 0; plane < 3; ++plane)
-    for (std::size_t r = 0; r < 2; ++r)
-      for (std::size_t q = 0; q < 3; ++q, ++out) {
-        std::size_t best = (plane * 5 + 2 * r) * 7 + 2 * q;
-        for (std::size_t a = 0; a < 2; ++a)
-          for (std::size_t e = 0; e < 2; ++e) {
-            const std::size_t at = (plane * 5 + 2 * r + a) * 7 + 2 * q + e;
-            if (values[at] > values[best]) best = at;
-          }
-        CHECK(got[out] == values[best]);
-        want[best] += dys[out];
-      }
-  CHECK(g == want);
+  const auto check_pool = []<class T>(T, std::size_t planes, std::size_t h, std::size_t w) {
+    INFO(fmt::format("{} planes of {} x {}, {} bytes", planes, h, w, sizeof(T)));
+    std::vector<T> values(planes * h * w);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = std::floor(T(3) * std::sin(T(2.3) * static_cast<T>(i) + T(0.1)));
+    Tape<T> tape;
+    const auto x = tape.variable(
+        Tensor<T>::from_host({std::int64_t(planes), std::int64_t(h), std::int64_t(w)}, values));
+    const auto y = max_pool2d(x, {.kernel = 2, .stride = 2});
+    const std::size_t ho = h / 2, wo = w / 2;
+    REQUIRE(y.shape() == Shape{std::int64_t(planes), std::int64_t(ho), std::int64_t(wo)});
+    Generator gen(5);
+    const auto dy = raw::normal<T>(y.shape(), gen);
+    const auto g = grad(sum(y * tape.constant(dy.clone())), x).value().to_vector();
+    const auto got = y.value().to_vector(), dys = dy.to_vector();
+    std::vector<T> want(values.size(), T(0));
+    std::size_t out = 0;
+    for (std::size_t plane = 0; plane < planes; ++plane)
+      for (std::size_t r = 0; r < ho; ++r)
+        for (std::size_t q = 0; q < wo; ++q, ++out) {
+          std::size_t best = (plane * h + 2 * r) * w + 2 * q;
+          for (std::size_t a = 0; a < 2; ++a)
+            for (std::size_t e = 0; e < 2; ++e) {
+              const std::size_t at = (plane * h + 2 * r + a) * w + 2 * q + e;
+              if (values[at] > values[best]) best = at;
+            }
+          CHECK(got[out] == values[best]);
+          want[best] += dys[out];
+        }
+    CHECK(g == want);
+  };
+  check_pool(0.0, 3, 5, 7);    // rows of 3 windows: 2 lanes of double, overlapping
+  check_pool(0.0, 2, 5, 41);   // 20: 8 lanes, overlapping
+  check_pool(0.0f, 2, 4, 5);   // 2: scalars
+  check_pool(0.0f, 2, 3, 21);  // 10: 8 lanes of float, overlapping
+  check_pool(0.0f, 2, 4, 84);  // 42: 16 lanes, overlapping
 }
 
 // conv2d adds its bias in the backend as it writes y (Winograd's output

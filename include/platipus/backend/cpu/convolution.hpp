@@ -12,10 +12,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
 
+#include "platipus/backend/cpu/lanes.hpp"
 #include "platipus/backend/cpu/winograd.hpp"
 #include "platipus/backend/layouts.hpp"
 
@@ -330,30 +333,50 @@ void weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw) {
 }
 
 // 2x2 windows of stride 2, conv4's: the window's four values compared in
-// the general loop's order (the same maxima and positions), without its
-// index arithmetic per value (a third faster on conv4's first layer).
+// the general loop's order (the same maxima and positions), a row of
+// windows in vectors (lanes.hpp; twice as fast as the scalar loop, which
+// was 5% of a MiniImagenet step).
 template <class T>
 void max_pool_2x2(const PoolLayout& l, const T* x, T* y, std::int64_t* positions) {
   for (std::int64_t plane = 0; plane < l.planes; ++plane)
     for (std::int64_t i = 0; i < l.ho; ++i) {
       const std::int64_t top = (plane * l.h + 2 * i) * l.w, out = (plane * l.ho + i) * l.wo;
       const T *a = x + top, *b = a + l.w;
-      for (std::int64_t j = 0; j < l.wo; ++j) {
-        // The selects in integer arithmetic: GCC makes `larger ? at : best`
-        // a branch here, and which is larger is a coin toss on activations.
-        T value = a[2 * j];
-        std::int64_t best = 0;  // 0..3, the window's row-major position
-        const auto take = [&](T candidate, std::int64_t at) {
-          const std::int64_t larger = candidate > value;
-          value = std::max(value, candidate);
-          best += larger * (at - best);
+      lanes::for_lanes<T>(l.wo, [&](std::int64_t j, auto vector) {
+        using V = decltype(vector);
+        const auto [a0, a1] = lanes::load_deinterleaved<V>(a + 2 * j);
+        const auto [b0, b1] = lanes::load_deinterleaved<V>(b + 2 * j);
+        // Selects, not a branch: which is larger is a coin toss on
+        // activations. `best` is the window's row-major position, 0..3.
+        using Index = std::conditional_t<std::is_same_v<V, T>, std::int64_t,
+                                         decltype(a0 > a0)>;  // the lanes' integers
+        V value = a0;
+        Index best{};
+        const auto take = [&](const V& candidate, int at) {
+          const auto larger = candidate > value;
+          value = larger ? candidate : value;
+          best = larger ? Index{} + at : best;
         };
-        take(a[2 * j + 1], 1);
-        take(b[2 * j], 2);
-        take(b[2 * j + 1], 3);
-        y[out + j] = value;
-        positions[out + j] = top + 2 * j + (best >> 1) * l.w + (best & 1);
-      }
+        take(a1, 1);
+        take(b0, 2);
+        take(b1, 3);
+        lanes::store(y + out + j, value);
+        const Index offset =
+            (best >> 1) * static_cast<std::conditional_t<sizeof(T) == 4, int, std::int64_t>>(l.w) +
+            (best & 1);
+        if constexpr (std::is_same_v<V, T>) {
+          positions[out + j] = top + 2 * j + offset;
+        } else {
+          constexpr int width = sizeof(V) / sizeof(T);
+          using Positions = lanes::Lanes<std::int64_t, width * 8>;
+          const Positions column = []<std::size_t... k>(std::index_sequence<k...>) {
+            return Positions{std::int64_t(2 * k)...};
+          }
+          (std::make_index_sequence<width>{});
+          lanes::store(positions + out + j,
+                       __builtin_convertvector(offset, Positions) + column + (top + 2 * j));
+        }
+      });
     }
 }
 
