@@ -540,6 +540,40 @@ TEST_CASE("PLATIPUS and MAML refuse settings that make no sense, naming the sett
                     Contains("inner_loop.max_gradient_norm"));
 }
 
+TEST_CASE(
+    "a learner's own inner-loop defaults survive a designated initialiser that names other "
+    "fields",
+    "[platipus][metasgd][maml]") {
+  const PlatipusSettings platipus{.inner_loop = {.steps = 2}};
+  CHECK(platipus.inner_loop.steps == 2);
+  CHECK(platipus.inner_loop.learning_rate == 1e-3);  // PLATIPUS's, not the general 0.01
+  const MetaSgdSettings meta_sgd{.inner_loop = {.learning_rate = 0.1}};
+  CHECK(meta_sgd.inner_loop.steps == 1);  // Meta-SGD's one step, not the general 5
+  CHECK(meta_sgd.inner_loop.learning_rate == 0.1);
+  const MamlSettings maml{.inner_loop = {.gradient_noise = 0.5}};
+  CHECK(maml.inner_loop.steps == 5);
+  CHECK(maml.inner_loop.learning_rate == 0.01);
+  // The plain InnerLoop, which the inner loop's functions take, keeps every
+  // field, and so does the way back.
+  const PlatipusSettings full{.inner_loop = {.steps = 3,
+                                             .learning_rate = 0.2,
+                                             .gradient_noise = 0.1,
+                                             .max_gradient_norm = 4,
+                                             .evaluation_steps = 7}};
+  const InnerLoop plain = full.inner_loop;
+  CHECK(plain.steps == 3);
+  CHECK(plain.learning_rate == 0.2);
+  CHECK(plain.gradient_noise == 0.1);
+  CHECK(plain.max_gradient_norm == 4);
+  CHECK(plain.evaluation_steps == 7);
+  MetaSgdSettings back;
+  back.inner_loop = plain;
+  CHECK(back.inner_loop.steps == 3);
+  CHECK(back.inner_loop.learning_rate == 0.2);
+  CHECK(back.inner_loop.evaluation_steps == 7);
+  CHECK(back.inner_loop.for_evaluation().steps == 7);
+}
+
 TEST_CASE("a meta-gradient through clipped inner gradients matches central finite differences",
           "[maml][grad]") {
   const auto model =

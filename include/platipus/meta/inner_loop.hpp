@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "platipus/meta/concepts.hpp"
@@ -18,13 +19,26 @@ namespace platipus {
 template <class T, class B>
 using Pieces = std::vector<Var<T, B>>;
 
-// The inner loop's settings, held as they are by MamlSettings and
-// PlatipusSettings (`inner_loop`) and set by the examples' --inner-* flags:
-// one name per setting from the flag to the op.
-struct InnerLoop {
-  int steps = 5;
-  double learning_rate = 0.01;  // alpha
-  double gradient_noise = 0;    // std of Gaussian noise added to each gradient ("MAML + noise")
+// The defaults of the inner loop's steps and rate: the general ones, and
+// each algorithm whose own differ names its own (PlatipusSettings,
+// MetaSgdSettings).
+struct InnerLoopDefaults {
+  static constexpr int steps = 5;
+  static constexpr double learning_rate = 0.01;
+};
+
+// The inner loop's settings, held as they are by every learner's settings
+// (`inner_loop`) and set by the examples' --inner-* flags: one name per
+// setting from the flag to the op. The defaults are a type parameter so that
+// a learner's own survive a designated initialiser: with a member
+// `InnerLoop inner_loop{.learning_rate = 1e-3}`,
+// `PlatipusSettings{.inner_loop = {.steps = 10}}` would build the member from
+// InnerLoop's defaults and silently take 0.01.
+template <class Defaults>
+struct BasicInnerLoop {
+  int steps = Defaults::steps;
+  double learning_rate = Defaults::learning_rate;  // alpha
+  double gradient_noise = 0;  // std of Gaussian noise added to each gradient ("MAML + noise")
   // When > 0, each task's support-loss gradient (all pieces together) is
   // scaled down to this Euclidean norm before a step (clip_task_norms).
   double max_gradient_norm = 0;
@@ -33,9 +47,20 @@ struct InnerLoop {
   // and test with 10 (Finn et al. 2017, Section 5.2).
   std::optional<int> evaluation_steps{};
 
+  // The same settings under other defaults: every function of the inner
+  // loop takes the plain InnerLoop.
+  template <class Other>
+  requires(!std::is_same_v<Other, Defaults>) operator BasicInnerLoop<Other>() const {
+    return {.steps = steps,
+            .learning_rate = learning_rate,
+            .gradient_noise = gradient_noise,
+            .max_gradient_norm = max_gradient_norm,
+            .evaluation_steps = evaluation_steps};
+  }
+
   // These settings with evaluation_steps as the steps.
-  InnerLoop for_evaluation() const {
-    InnerLoop loop = *this;
+  BasicInnerLoop for_evaluation() const {
+    BasicInnerLoop loop = *this;
     loop.steps = evaluation_steps.value_or(steps);
     return loop;
   }
@@ -60,6 +85,8 @@ struct InnerLoop {
     check(gradient_noise == 0, who, "inner_loop.gradient_noise must be 0 (got {})", gradient_noise);
   }
 };
+
+using InnerLoop = BasicInnerLoop<InnerLoopDefaults>;
 
 // Throws platipus::error naming `who` unless support_x is a non-empty
 // [tasks, points, features] or [tasks, points, C, H, W] support set and

@@ -28,7 +28,11 @@ namespace platipus {
 struct MetaSgdSettings {
   // K steps (Li et al.: 1); learning_rate is alpha's unit and initial value;
   // max_gradient_norm clips as for MAML. No gradient noise.
-  InnerLoop inner_loop{.steps = 1};
+  struct InnerLoopDefaults {
+    static constexpr int steps = 1;
+    static constexpr double learning_rate = 0.01;
+  };
+  BasicInnerLoop<InnerLoopDefaults> inner_loop{};
   optim::AdamSettings meta_optimizer{};
   int threads = 0;      // threads over the tasks of a meta-batch; 0: B::default_threads()
   int task_chunks = 0;  // as MamlSettings::task_chunks

@@ -53,7 +53,11 @@ enum class PosteriorData { query, support_and_query };
 struct PlatipusSettings {
   // Step 3's K steps of alpha (paper: 1e-3 regression, 1e-2 classification);
   // no gradient noise: PLATIPUS's randomness is its sampled theta.
-  InnerLoop inner_loop{.learning_rate = 1e-3};
+  struct InnerLoopDefaults {
+    static constexpr int steps = 5;
+    static constexpr double learning_rate = 1e-3;
+  };
+  BasicInnerLoop<InnerLoopDefaults> inner_loop{};
   int mean_steps = 1;      // gradient steps for the prior and posterior means (paper: 1)
   double kl_weight = 1.5;  // beta (paper: 1.5 for 1-D regression, 0.01 for 2-D classification)
   // How step 5 reduces the losses of a task's query points: their sum, the
