@@ -193,36 +193,29 @@ int main(int argc, char** argv) {
   options.inner_loop.evaluation_steps = 20;
   options.add_flags(app);
   Protocol protocol;
-  std::string out = "out/active_learning", checkpoint;
-  bool quick = false, eval_only = false, no_plot = false;
-  app.add_option("--out", out, "output directory")->check(output_directory);
-  app.add_flag("--quick", quick, "a few hundred training steps and few tasks: a smoke test");
-  app.add_option("--checkpoint", checkpoint,
-                 "checkpoint to write or, with --eval-only, to read (sine_line's works)");
-  app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint")
-      ->needs(app.get_option("--checkpoint"));
-  app.add_option("--tasks", protocol.tasks,
-                 "test tasks averaged over (at least 100 for the figure)")
-      ->check(CLI::Range(1L, 100'000L));
+  RunFlags flags("out/active_learning");
+  flags.eval_tasks = protocol.tasks;  // --eval-tasks: the test tasks averaged over
+  flags.samples = protocol.samples;   // --samples: PLATIPUS's, at least 2 for a variance
+  flags.add_flags(app);
   app.add_option("--queries", protocol.queries, "points each model asks for")
       ->check(CLI::Range(0L, 100L));
-  app.add_option("--samples", protocol.samples, "PLATIPUS samples")->check(CLI::Range(2, 1000));
   app.add_option("--region-low", protocol.region_low, "the initial points' region, lower end");
   app.add_option("--region-high", protocol.region_high, "the initial points' region, upper end");
-  app.add_flag("--no-plot", no_plot, "do not call the plot script");
   CLI11_PARSE(app, argc, argv);
-  if (quick) {
-    if (app.count("--steps") == 0) options.steps = 200;
-    if (app.count("--tasks") == 0) protocol.tasks = 20;
-  }
+  flags.apply_quick(app, options, 200, 20);
+  protocol.tasks = flags.eval_tasks;
+  protocol.samples = flags.samples;
   try {
     world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     check(protocol.region_low < protocol.region_high && protocol.region_low >= -5 &&
               protocol.region_high <= 5,
           "active_learning", "the initial region [{}, {}] must be a non-empty part of [-5, 5]",
           protocol.region_low, protocol.region_high);
-    const fs::path dir(out);
-    const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);
+    check(protocol.samples >= 2, "active_learning",
+          "--samples must be at least 2 (maximal variance across PLATIPUS's samples), got {}",
+          protocol.samples);
+    const fs::path dir(flags.out);
+    const RegressionLearners learners = prepare(options, flags.eval_only, flags.checkpoint, dir);
     if (!is_root()) return 0;  // the other ranks of a distributed run only train
     auto results = run(learners, protocol, options.seed);
     results["checkpoint"] = learners.checkpoint;
@@ -242,8 +235,8 @@ int main(int argc, char** argv) {
     for (const auto& e : results["platipus_minus_maml"])
       fmt::print(" {:>14}", Estimate{e["mean"], e["ci95"]}.text());
     fmt::print("\n");
-    fmt::print("wrote {}/active_learning.json\n", out);
-    if (!no_plot) plot("active_learning", dir);
+    fmt::print("wrote {}/active_learning.json\n", flags.out);
+    flags.plot("active_learning", dir);
   } catch (...) {
     return report_failure("active_learning");
   }

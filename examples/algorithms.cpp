@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
   flags.add_flags(app);
   CLI11_PARSE(app, argc, argv);
   flags.apply_quick(app, options);
-  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = flags;
+  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples, no_plot] = flags;
   try {
     world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     options.threads = per_rank(options).threads;

@@ -262,8 +262,6 @@ int main(int argc, char** argv) {
   run.eval_tasks = 200;
   run.samples = 15;
   run.add_flags(app);
-  bool no_plot = false;
-  app.add_flag("--no-plot", no_plot, "do not call the plot script");
   CLI11_PARSE(app, argc, argv);
   // --quick: each of the four learners' 20 steps takes seconds at 84 x 84, and
   // scoring a test task with 100 likelihood samples over two minutes.
@@ -373,7 +371,7 @@ int main(int argc, char** argv) {
     fmt::print("wrote {}/results.json, table1.md{}{}\n", run.out,
                figure.is_null() ? "" : ", figure.json",
                run.eval_only ? "" : ", train.jsonl, train.csv");
-    if (!no_plot && !figure.is_null()) plot("celeba", dir);
+    if (!figure.is_null()) run.plot("celeba", dir);
     return 0;
   } catch (...) {
     return report_failure("celeba");

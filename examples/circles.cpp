@@ -135,11 +135,9 @@ int main(int argc, char** argv) {
   o.add_flags(app);
   RunFlags run("out/circles");
   run.add_flags(app);
-  bool no_plot = false;
-  app.add_flag("--no-plot", no_plot, "do not call the plot script");
   CLI11_PARSE(app, argc, argv);
   run.apply_quick(app, o);
-  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
+  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples, no_plot] = run;
   try {
     world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     const fs::path dir(out);
@@ -156,7 +154,7 @@ int main(int argc, char** argv) {
     print_scores(results, {"accuracy", "nll", "ece"}, {"accuracy", "NLL per point", "ECE"});
     fmt::print("wrote {}/results.json, figure7.json{}\n", out,
                eval_only ? "" : ", train.jsonl, train.csv");
-    if (!no_plot) plot("circles", dir);
+    run.plot("circles", dir);
   } catch (...) {
     return report_failure("circles");
   }

@@ -428,13 +428,15 @@ struct TrainingOptions {
   }
 };
 
-// The flags an experiment program has beside the training settings: where
-// it writes, its checkpoint, a quick smoke run, evaluation only, the
-// held-out tasks and the samples per task of the sampling learners.
+// The flags every experiment program has beside the training settings,
+// spelled and behaving alike in all of them: where it writes, its
+// checkpoint, a quick smoke run, evaluation only, the held-out tasks, the
+// samples per task of the sampling learners, and no figures.
 struct RunFlags {
   std::string out, checkpoint;
   bool quick = false, eval_only = false;
   long eval_tasks = 600, samples = 10;
+  bool no_plot = false;
 
   explicit RunFlags(std::string default_out) : out(std::move(default_out)) {}
 
@@ -453,6 +455,13 @@ struct RunFlags {
         ->check(CLI::Range(1L, 100'000L));
     app.add_option("--samples", samples, "samples per task of PLATIPUS and MAML + noise")
         ->check(CLI::Range(1L, 1'000L));
+    app.add_flag("--no-plot", no_plot,
+                 "do not call the plot script (of the programs that draw figures)");
+  }
+
+  // Draws the figures of plots/<script>.py from `out` unless --no-plot.
+  void plot(const std::string& script, const fs::path& dir) const {
+    if (!no_plot) examples::plot(script, dir);
   }
 
   // After parsing: --quick's step and task counts where the command line

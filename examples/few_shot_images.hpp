@@ -220,7 +220,7 @@ inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, ch
   run.add_flags(app);
   CLI11_PARSE(app, argc, argv);
   run.apply_quick(app, o, 20, 20);
-  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
+  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples, no_plot] = run;
   const fs::path root = data_directory(o.data_dir, p.data_variable.c_str());
   if (root.empty() || !fs::is_directory(root)) {
     fmt::print(stderr, "{}: no data: give --data-dir or set {} to a folder with {}{}\n", p.name,

@@ -138,11 +138,9 @@ int main(int argc, char** argv) {
   options.add_flags(app);
   RunFlags run("out/sine_line");
   run.add_flags(app);
-  bool no_plot = false;
-  app.add_flag("--no-plot", no_plot, "do not call the plot script");
   CLI11_PARSE(app, argc, argv);
   run.apply_quick(app, options);
-  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples] = run;
+  const auto& [out, checkpoint, quick, eval_only, eval_tasks, samples, no_plot] = run;
   try {
     world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     const fs::path dir(out);
@@ -168,7 +166,7 @@ int main(int argc, char** argv) {
                    .text());
     fmt::print("wrote {}/results.json, figure3.json{}\n", out,
                eval_only ? "" : ", train.jsonl, train.csv");
-    if (!no_plot) plot("sine_line", dir);
+    run.plot("sine_line", dir);
   } catch (...) {
     return report_failure("sine_line");
   }
