@@ -86,7 +86,7 @@ class AnilObjective : public ObjectiveBase<M, L, T, B, AnilSettings, MamlNames> 
   // values the same in every row.
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& /*gen*/) const {
-    check_support_set(model_, loss_, support_x, support_y, "Anil::adapt");
+    check_support_set(model_, loss_, support_x, support_y, "Anil::adapt_to");
     Tape<T, B> tape;
     const std::int64_t tasks = support_x.dim(0);
     auto phi = adapt_head(tape.variable(parts[theta]), support_x, support_y, tasks,

@@ -88,7 +88,7 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& gen) const {
-    check_support_set(model_, loss_, support_x, support_y, "Maml::adapt");
+    check_support_set(model_, loss_, support_x, support_y, "Maml::adapt_to");
     Tape<T, B> tape;
     TaskNoise noise(gen);
     const auto adapted = adapt(

@@ -147,7 +147,7 @@ class MamlPlusPlusObjective
   // Parameters adapted to each task's support set with the learned rates: [tasks, P].
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& /*gen*/) const {
-    check_support_set(model_, loss_, support_x, support_y, "MamlPlusPlus::adapt");
+    check_support_set(model_, loss_, support_x, support_y, "MamlPlusPlus::adapt_to");
     Tape<T, B> tape;
     Pieces<T, B> adapted;
     descend(

@@ -196,7 +196,7 @@ class MetaLearner : public O::Names {
 
   // One meta-update of the parts on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
-    check_batch(objective_.loss(), objective_.model(), batch, step_name());
+    check_batch(objective_.loss(), objective_.model(), batch, who(Method::meta_train_step));
     return MetaStepResult::read(meta_train_step_async(batch, gen));
   }
 
@@ -207,7 +207,8 @@ class MetaLearner : public O::Names {
   // (check_batch), only the shapes.
   Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
     const StepSchedule schedule = objective_.schedule(steps_reader());
-    auto [gradients, statistics] = gradient_and_statistics(batch, gen, schedule);
+    auto [gradients, statistics] =
+        gradient_and_statistics(batch, gen, schedule, Method::meta_train_step);
     std::array<Tensor<T, B>*, O::part_count> params;
     std::array<const Tensor<T, B>*, O::part_count> grads;
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -226,9 +227,9 @@ class MetaLearner : public O::Names {
   // vector in part order.
   auto meta_gradient(const TaskBatch<T, B>& batch, Generator& gen,
                      MetaStepResult* stats = nullptr) const {
-    check_batch(objective_.loss(), objective_.model(), batch, step_name());
-    auto [gradients, statistics] =
-        gradient_and_statistics(batch, gen, objective_.schedule(steps_reader()));
+    check_batch(objective_.loss(), objective_.model(), batch, who(Method::meta_gradient));
+    auto [gradients, statistics] = gradient_and_statistics(
+        batch, gen, objective_.schedule(steps_reader()), Method::meta_gradient);
     if (stats) *stats = MetaStepResult::read(statistics);
     if constexpr (O::part_count == 1)
       return std::move(gradients[0]);
@@ -327,9 +328,12 @@ class MetaLearner : public O::Names {
   double current_kl_weight() const { return current_schedule().kl_weight; }
 
  private:
-  static const std::string& step_name() {
-    static const std::string who = fmt::format("{}::meta_gradient", O::name);
-    return who;
+  // "<objective>::<method>" for the messages of the method a user called.
+  enum class Method { meta_train_step, meta_gradient };
+  static const std::string& who(Method method) {
+    static const std::array<std::string, 2> names{fmt::format("{}::meta_train_step", O::name),
+                                                  fmt::format("{}::meta_gradient", O::name)};
+    return names[static_cast<std::size_t>(method)];
   }
 
   std::function<int()> steps_reader() const {
@@ -342,8 +346,9 @@ class MetaLearner : public O::Names {
   // distributed, chunks of this rank's slice, then the sum over the ranks.
   typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& full_batch,
                                                              Generator& gen,
-                                                             const StepSchedule& schedule) const {
-    full_batch.validate(step_name());
+                                                             const StepSchedule& schedule,
+                                                             Method method) const {
+    full_batch.validate(who(method));
     const TaskRange mine =
         communicator_ ? rank_tasks(full_batch.tasks(), communicator_->rank(), communicator_->size())
                       : TaskRange{0, full_batch.tasks()};

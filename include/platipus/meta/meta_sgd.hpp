@@ -80,7 +80,7 @@ class MetaSgdObjective : public ObjectiveBase<M, L, T, B, MetaSgdSettings, MetaS
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& /*gen*/) const {
-    check_support_set(model_, loss_, support_x, support_y, "MetaSgd::adapt");
+    check_support_set(model_, loss_, support_x, support_y, "MetaSgd::adapt_to");
     Tape<T, B> tape;
     const auto adapted = adapt_with(
         tape.variable(parts[theta]), tape.constant(parts[learning_rate_scales]), support_x,

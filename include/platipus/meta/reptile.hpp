@@ -88,7 +88,7 @@ class ReptileObjective : public ObjectiveBase<M, L, T, B, ReptileSettings, MamlN
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& /*gen*/) const {
-    check_support_set(model_, loss_, support_x, support_y, "Reptile::adapt");
+    check_support_set(model_, loss_, support_x, support_y, "Reptile::adapt_to");
     Tape<T, B> tape;
     const auto adapted = adapt(
         model_, loss_, per_task(tape.variable(parts[theta]), model_.layout(), support_x.dim(0)),
