@@ -17,8 +17,11 @@
 // - cosine annealing of the meta learning rate: meta_optimizer's
 //   annealing_steps and final_learning_rate, which every learner has.
 //
-// Its batch-norm fixes (per-step statistics and biases) wait for networks
-// with batch norm.
+// Its batch-norm fixes are not here: per-step running statistics (BNRS) do
+// not apply to the library's batch norm, which normalises by each task's
+// batch statistics and keeps no running ones (nn/layers.hpp, BatchNorm), and
+// per-step scales and shifts (BNWB) are not implemented: the inner loop
+// adapts the scale and shift as it adapts every other parameter.
 #pragma once
 
 #include <algorithm>
