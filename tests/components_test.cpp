@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "derivative_checks.hpp"
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
 #include "platipus/platipus.hpp"
@@ -34,6 +35,7 @@
 
 using namespace platipus;
 using Catch::Contains;
+using platipus::testing::check_derivatives;
 using V = Var<double>;
 using Inputs = std::vector<Tensor<double>>;
 
@@ -51,17 +53,6 @@ Inputs tensors(Ts... ts) {
 Tensor<double> normal(const Shape& shape, std::uint64_t seed, double scale = 1) {
   Generator gen(seed);
   return raw::map(UnaryOp::scale, raw::normal<double>(shape, gen), scale);
-}
-
-// First derivatives and second (through a vector-Jacobian product) against
-// central finite differences, in double.
-void check_derivatives(const DoubleFunction<>& f, const Inputs& inputs) {
-  const auto first = gradcheck(f, inputs);
-  INFO("first order: " << first.message);
-  CHECK(first);
-  const auto second = gradgradcheck(f, inputs);
-  INFO("second order: " << second.message);
-  CHECK(second);
 }
 
 double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {

@@ -6,10 +6,12 @@
 #include <optional>
 #include <vector>
 
+#include "derivative_checks.hpp"
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
 using Catch::Contains;
+using platipus::testing::check_derivatives;
 using V = Var<double>;
 using Inputs = std::vector<Tensor<double>>;
 using Fn = std::function<V(std::span<const V>)>;
@@ -34,15 +36,6 @@ Tensor<double> away_from_zero(const Shape& shape, std::uint64_t seed) {
 Tensor<double> positive(const Shape& shape, std::uint64_t seed) {
   Generator gen(seed);
   return raw::map(UnaryOp::add_scalar, raw::uniform<double>(shape, gen), 0.5);
-}
-
-void check_derivatives(const Fn& f, const Inputs& inputs) {
-  const auto first = gradcheck(f, inputs);
-  INFO("first order: " << first.message);
-  CHECK(first);
-  const auto second = gradgradcheck(f, inputs);
-  INFO("second order: " << second.message);
-  CHECK(second);
 }
 
 // f's gradients at the inputs by a sweep that records nothing equal those
@@ -811,16 +804,22 @@ TEST_CASE(
     "[ops][batch_norm][gradcheck]") {
   const Shape images{2, 3, 4, 2, 3}, groups{2, 1, 4, 1, 1};  // tasks, samples, channels, H, W
   const auto x = normal(images, 61, 0.5, 2);
-  {  // the definition, as a chain of elementwise ops (a shift shared by the tasks)
+  // The definition, as a chain of elementwise ops (a shift shared by the
+  // tasks); rows of 6 positions take the CPU kernel's scalar loop, rows of 35
+  // its vectors of 8 doubles and the remainder.
+  const auto check_definition = [](const Tensor<double>& x, const Shape& groups) {
     Tape<double> tape;
     const auto X = tape.constant(x.clone()), scale = tape.constant(normal(groups, 62)),
-               shift = tape.constant(normal({4, 1, 1}, 63));
+               shift = tape.constant(normal({groups[2], 1, 1}, 63));
     const std::vector<int> axes{-4, -2, -1};
     const auto centred = X - mean(X, axes, true);
     const auto expected = centred / sqrt(mean(square(centred), axes, true) + 1e-3) * scale + shift;
     const auto got = batch_norm(X, scale, shift, 2, 1e-3).to_vector(), want = expected.to_vector();
     for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
-  }
+  };
+  check_definition(x, groups);
+  const Shape wide{2, 3, 2, 5, 7}, wide_groups{2, 1, 2, 1, 1};
+  check_definition(normal(wide, 81, 0.5, 2), wide_groups);
   const auto inputs = [&] {
     return list(x.clone(), normal(groups, 64), normal({4, 1, 1}, 65));
   };
@@ -831,6 +830,8 @@ TEST_CASE(
     };
   };
   check_derivatives(weighted(2), inputs());
+  check_derivatives(weighted(2),
+                    list(normal(wide, 82, 0.5, 2), normal(wide_groups, 83), normal({2, 1, 1}, 84)));
   check_derivatives(weighted(0),
                     list(normal({3, 5, 4}, 66), normal({4}, 67), normal({3, 1, 4}, 68)));
   // Per-task scales over images the tasks share ([N, C, H, W]).
