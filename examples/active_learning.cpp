@@ -59,15 +59,15 @@ std::vector<float> predictions(const RegressionLearners& learners, const Learner
     gx.insert(gx.end(), grid.begin(), grid.end());
   }
   const auto sx = column(xs, tasks), sy = column(ys, tasks), grid_x = column(gx, tasks);
-  if (!l.uses_platipus)
-    return learners.maml.predict(learners.maml.adapt_to(sx, sy, gen), grid_x).to_vector();
-  return learners.platipus.predict(learners.platipus.sample(sx, sy, samples, gen), grid_x)
-      .to_vector();
+  const auto& m = maml_of(learners);
+  const auto& p = platipus_of(learners);
+  if (!l.uses_platipus) return m.predict(m.adapt_to(sx, sy, gen), grid_x).to_vector();
+  return p.predict(p.sample(sx, sy, samples, gen), grid_x).to_vector();
 }
 
 nlohmann::json run(const RegressionLearners& learners, const Protocol& p, std::uint64_t seed) {
   const Sampler sampler;
-  Generator gen(seed, 5);
+  Generator gen(seed, stream::active_learning);
   std::vector<data::SineLineFunction> functions;
   for (long t = 0; t < p.tasks; ++t) functions.push_back(sampler.draw_function(gen));
   auto label = [&](long t, double x) {
@@ -215,10 +215,10 @@ int main(int argc, char** argv) {
           "--samples must be at least 2 (maximal variance across PLATIPUS's samples), got {}",
           protocol.samples);
     const fs::path dir(flags.out);
-    const RegressionLearners learners = prepare(options, flags.eval_only, flags.checkpoint, dir);
+    const auto [learners, trained] = prepare(options, flags.eval_only, flags.checkpoint, dir);
     if (!is_root()) return 0;  // the other ranks of a distributed run only train
     auto results = run(learners, protocol, options.seed);
-    results["checkpoint"] = learners.checkpoint;
+    results["checkpoint"] = trained;
     results["inner_evaluation_steps"] = *options.inner_loop.evaluation_steps;
     write_json(dir / "active_learning.json", results);
     fmt::print(

@@ -16,7 +16,6 @@
 //   celeba --data-dir DIR --eval-only --checkpoint DIR/checkpoint.safetensors
 #include <cmath>
 #include <set>
-#include <variant>
 
 #include "few_shot_images.hpp"
 
@@ -25,8 +24,7 @@ namespace {
 using namespace examples;
 namespace data = platipus::data;
 using Loss = platipus::SoftmaxCrossEntropyLoss;
-using MamlLearner = Learners<Loss>::MamlLearner;
-using PlatipusLearner = Learners<Loss>::PlatipusLearner;
+using CelebaLearners = Learners<Loss>;
 
 struct CelebaOptions : FewShotOptions {
   long size = 84;
@@ -86,64 +84,21 @@ struct CelebaOptions : FewShotOptions {
   }
 };
 
-// One row of Table 1: a learner and the key it has in results.json.
-struct Row {
-  std::string name;
-  std::variant<MamlLearner, PlatipusLearner> learner;
-  std::uint64_t stream;  // of its training tasks
-};
-
-std::vector<Row> make_rows(const platipus::nn::Sequential& network, const CelebaOptions& o) {
-  std::vector<Row> rows;
-  const auto chosen = FewShotOptions::split_list(o.learners);
-  const auto has = [&](std::string_view name) {
-    return std::ranges::find(chosen, name) != chosen.end();
-  };
-  // Every learner starts from the same initial weights.
-  if (has("maml")) {
-    platipus::Generator init(o.seed);
-    rows.push_back({"maml", MamlLearner(network, Loss{}, o.maml(), init), 1});
-  }
-  if (has("maml_noise")) {
-    platipus::Generator init(o.seed);
-    rows.push_back({"maml_noise", MamlLearner(network, Loss{}, o.maml(true), init), 3});
-  }
-  if (has("platipus"))
+// Table 1's rows: MAML, MAML + noise and one PLATIPUS per KL weight
+// ("platipus_kl0.05"), each from the same initial weights.
+CelebaLearners make_rows(const platipus::nn::Sequential& network, const CelebaOptions& o) {
+  auto chosen = FewShotOptions::split_list(o.learners);
+  const bool platipus = std::erase(chosen, "platipus") > 0;
+  auto rows = paper_learners(network, Loss{}, o, chosen);
+  if (platipus)
     for (const double weight : o.weights()) {
       auto settings = o.platipus();
       settings.kl_weight = weight;
       platipus::Generator init(o.seed);
-      rows.push_back({fmt::format("platipus_kl{}", weight),
-                      PlatipusLearner(network, Loss{}, settings, init), 2});
+      rows.add(fmt::format("platipus_kl{}", weight),
+               PlatipusLearner<Loss>(network, Loss{}, settings, init));
     }
   return rows;
-}
-
-template <class Layout>
-void save_rows(const fs::path& path, const nlohmann::json& metadata, const std::vector<Row>& rows,
-               const Layout& layout) {
-  std::vector<std::pair<std::string, const platipus::Tensor<float, ExampleBackend>*>> named;
-  for (const auto& row : rows)
-    std::visit(
-        [&](const auto& l) {
-          for (const auto& [name, tensor] : l.state())
-            named.emplace_back(row.name + "/" + name, tensor);
-        },
-        row.learner);
-  platipus::io::save_checkpoint(path, layout, named, metadata);
-}
-
-nlohmann::json load_rows(const fs::path& path, std::vector<Row>& rows) {
-  auto checkpoint = platipus::io::load_checkpoint<float, ExampleBackend>(path);
-  for (auto& row : rows)
-    std::visit(
-        [&](auto& l) {
-          for (const auto& [name, tensor] : l.state())
-            l.set_state(name, platipus::io::take(checkpoint, path, l.model().layout(),
-                                                 row.name + "/" + name, tensor->shape()));
-        },
-        row.learner);
-  return checkpoint.metadata;
 }
 
 // The paper's Table 1, for table1.md.
@@ -154,21 +109,20 @@ constexpr std::array<std::array<const char*, 4>, 4> paper{{
     {"platipus_kl0.15", "87.8 +- 1.03 %", "1.94 +- 0.04", "0.56 +- 0.04"},
 }};
 
-std::string table_markdown(const nlohmann::json& results, const std::vector<Row>& rows, long shots,
+std::string table_markdown(const nlohmann::json& results, const CelebaLearners& rows, long shots,
                            long tasks) {
   std::string md = fmt::format(
       "Ambiguous CelebA ({}-shot), {} test tasks; mean +- 95% interval over tasks\n\n"
       "| learner | accuracy | coverage (max 3) | average NLL | paper: accuracy | coverage | NLL |\n"
       "|---|---|---|---|---|---|---|\n",
       shots, tasks);
-  for (const auto& row : rows) {
-    const auto& r = results[row.name];
+  for (const auto& name : rows.names()) {
+    const auto& r = results[name];
     const auto cell = [&](const char* key) {
       return Estimate{r[key]["mean"], r[key]["ci95"]}.text();
     };
-    const auto* theirs =
-        std::ranges::find_if(paper, [&](const auto& p) { return p[0] == row.name; });
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", row.name, cell("accuracy"),
+    const auto* theirs = std::ranges::find_if(paper, [&](const auto& p) { return p[0] == name; });
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", name, cell("accuracy"),
                       cell("coverage"), cell("nll"), theirs != paper.end() ? (*theirs)[1] : "",
                       theirs != paper.end() ? (*theirs)[2] : "",
                       theirs != paper.end() ? (*theirs)[3] : "");
@@ -194,7 +148,7 @@ nlohmann::json figure_data(const Learner& learner, const std::string& name,
   };
   const auto sx = first(tasks.support_x), sy = first(tasks.support_y);
   const Shape image = sx.shape().drop_front(2);
-  platipus::Generator gen(seed, 9);
+  platipus::Generator gen(seed, stream::celeba_figure);
   const auto params = learner.sample(sx, sy, samples, gen);  // [1, S, P]
   const auto size = learner.model().layout().size();
   nlohmann::json figure{
@@ -295,64 +249,46 @@ int main(int argc, char** argv) {
     auto rows = make_rows(network, trained);
     nlohmann::json checkpoint;
     if (run.eval_only) {
-      const auto metadata = load_rows(run.checkpoint, rows);
-      checkpoint = {{"file", run.checkpoint},
-                    {"run_id", metadata.value("run_id", "")},
-                    {"options", metadata.value("options", nlohmann::json::object())}};
-      fmt::print(stderr, "loaded {}\n", run.checkpoint);
+      checkpoint = load_learners(rows, run.checkpoint);
     } else {
-      check_memory(o, network.layout().size());
       const data::CelebaTaskSampler<float, ExampleBackend> tasks(
           split("train"), {.shots = o.shots, .queries = o.training_queries(), .rule = o.rule});
       if (is_root())
         fmt::print(stderr, "celeba: {} training tasks, {} ambiguous test tasks\n",
                    tasks.tasks().size(), test.task_count());
-      platipus::io::MetricsLog log(dir, "train");
-      announce_ranks(rank_options);
-      for (auto& row : rows)
-        std::visit(
-            [&](auto& learner) {
-              check_task_memory(row.name, learner, tasks, rank_options);
-              learner.distribute(shared_world());
-              train_learner(log, row.name, learner, tasks, rank_options, row.stream);
-            },
-            row.learner);
-      if (!is_root()) return 0;  // rank 0 writes, evaluates and reports
-      const fs::path path = checkpoint_file(run.checkpoint, dir);
-      save_rows(path, {{"options", o.json()}, {"run_id", run_id()}}, rows, network.layout());
-      checkpoint = {{"file", path.string()}, {"run_id", run_id()}, {"options", o.json()}};
-      fmt::print(stderr, "saved {}\n", path.string());
+      checkpoint = train_and_save(rows, tasks, rank_options, run.checkpoint, dir, o.json());
     }
     if (!is_root()) return 0;
     // Every learner meets the same ambiguous tasks (one stream), drawing its
     // models from a stream of its own.
-    platipus::Generator tasks_gen(o.seed, 3);
+    platipus::Generator tasks_gen(o.seed, stream::held_out_tasks);
     std::map<std::string, std::vector<platipus::AmbiguityScores>> scores;
     nlohmann::json figure;
-    std::vector<platipus::Generator> draws;
-    for (std::size_t r = 0; r < rows.size(); ++r) draws.emplace_back(o.seed, 6 + r);
+    std::map<std::string, platipus::Generator> draws;
+    std::uint64_t platipus_models = stream::platipus_models;  // the k-th PLATIPUS's: 8 + k
+    for (const auto& name : rows.names())
+      draws.emplace(name,
+                    platipus::Generator(o.seed, name == "maml"         ? stream::maml_models
+                                                : name == "maml_noise" ? stream::maml_noise_models
+                                                                       : platipus_models++));
     // Four tasks at once at 32 x 32; one at MiniImagenet's size, where 15
     // models adapting to one task's 10 faces already take gigabytes.
     const long chunk = o.size > 48 ? 1 : 4;
     Progress progress("evaluating", run.eval_tasks);
     for (long done = 0; done < run.eval_tasks; done += chunk) {
       const auto sets = test.sample(std::min(chunk, run.eval_tasks - done), tasks_gen);
-      for (std::size_t r = 0; r < rows.size(); ++r)
-        std::visit(
-            [&](const auto& learner) {
-              // MAML's S copies of one solution score as that one model does.
-              const bool one = rows[r].name == "maml";
-              const auto s =
-                  platipus::evaluate_ambiguity(learner, sets,
-                                               {.assignment = one ? 1 : run.samples,
-                                                .likelihood = one ? 1 : o.likelihood_samples},
-                                               draws[r]);
-              auto& all = scores[rows[r].name];
-              all.insert(all.end(), s.begin(), s.end());
-              if (done == 0 && rows[r].name.starts_with("platipus") && figure.is_null())
-                figure = figure_data(learner, rows[r].name, sets, run.samples, o.seed);
-            },
-            rows[r].learner);
+      rows.for_each([&](const std::string& name, const auto& learner) {
+        // MAML's S copies of one solution score as that one model does.
+        const bool one = name == "maml";
+        const auto s = platipus::evaluate_ambiguity(
+            learner, sets,
+            {.assignment = one ? 1 : run.samples, .likelihood = one ? 1 : o.likelihood_samples},
+            draws.at(name));
+        auto& all = scores[name];
+        all.insert(all.end(), s.begin(), s.end());
+        if (done == 0 && name.starts_with("platipus") && figure.is_null())
+          figure = figure_data(learner, name, sets, run.samples, o.seed);
+      });
       progress.update(std::min(done + chunk, run.eval_tasks), "tasks");
     }
     nlohmann::json results{{"tasks", run.eval_tasks},

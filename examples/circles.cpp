@@ -95,7 +95,7 @@ nlohmann::json evaluate(const CircleLearners& learners, long tasks, long samples
 // Figure 7: logits over a grid for MAML and each PLATIPUS sample, for a few tasks.
 nlohmann::json figure7(const CircleLearners& learners, long samples, std::uint64_t seed) {
   const Sampler sampler({.support = 1, .query = 1});
-  Generator gen(seed, 4);
+  Generator gen(seed, stream::figures);
   std::vector<float> grid;
   for (long i = 0; i < grid_side; ++i)
     for (long j = 0; j < grid_side; ++j) {
@@ -107,13 +107,11 @@ nlohmann::json figure7(const CircleLearners& learners, long samples, std::uint64
     const auto circle = sampler.draw_circle(gen);
     const auto batch = sampler.sample(std::span(&circle, 1), gen);
     const auto gx = Tensor<float, ExampleBackend>::from_host({1, grid_side * grid_side, 2}, grid);
-    const auto maml =
-        learners.maml.predict(learners.maml.adapt_to(batch.support_x, batch.support_y, gen), gx)
-            .to_vector();
+    const auto& m = maml_of(learners);
+    const auto& p = platipus_of(learners);
+    const auto maml = m.predict(m.adapt_to(batch.support_x, batch.support_y, gen), gx).to_vector();
     const auto sampled =
-        learners.platipus
-            .predict(learners.platipus.sample(batch.support_x, batch.support_y, samples, gen), gx)
-            .to_vector();
+        p.predict(p.sample(batch.support_x, batch.support_y, samples, gen), gx).to_vector();
     std::vector<std::vector<float>> fields;
     for (long s = 0; s < samples; ++s)
       fields.emplace_back(sampled.begin() + s * grid_side * grid_side,
@@ -141,13 +139,13 @@ int main(int argc, char** argv) {
   try {
     world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     const fs::path dir(out);
-    const auto learners =
+    const auto [learners, trained] =
         prepare(paper_network(), Options::loss(), Sampler({.support = 1, .query = o.query}), o,
                 eval_only, checkpoint, dir, o.json());
     if (!is_root()) return 0;  // the other ranks of a distributed run only train
     const auto results = evaluate(learners, eval_tasks, samples, o.seed);
     write_json(dir / "results.json",
-               {{"results", results}, {"options", o.json()}, {"checkpoint", learners.checkpoint}});
+               {{"results", results}, {"options", o.json()}, {"checkpoint", trained}});
     write_json(dir / "figure7.json", figure7(learners, samples, o.seed));
     fmt::print("1-shot classification on {} held-out tasks (mean +- 95% interval; {} samples)\n",
                eval_tasks, samples);

@@ -45,6 +45,32 @@ namespace examples {
 
 namespace fs = std::filesystem;
 
+// The generator streams of the examples' draws, Generator(seed, stream): one
+// definition each, so that a learner's numbers do not depend on which other
+// learners a run chose.
+namespace stream {
+inline constexpr std::uint64_t maml_tasks = 1, platipus_tasks = 2, maml_noise_tasks = 3;
+// The held-out tasks. The same number as MAML + noise's training tasks, an
+// oversight that every figure of docs/results.md was made with; separating
+// them changes MAML + noise's scores, so it waits for those figures' rerun.
+inline constexpr std::uint64_t held_out_tasks = 3;
+inline constexpr std::uint64_t figures = 4, active_learning = 5;
+// The image examples' models sampled on held-out tasks: each learner's own.
+// The k-th PLATIPUS of a run (CelebA's KL weights) draws from 8 + k.
+inline constexpr std::uint64_t maml_models = 6, maml_noise_models = 7, platipus_models = 8;
+// Figure 8's samples (docs/results/celeba_figure8.png): the number of the
+// second PLATIPUS's models, a harmless overlap kept so that the figure holds.
+inline constexpr std::uint64_t celeba_figure = 9;
+inline constexpr std::uint64_t memory_probe = 99;  // check_task_memory's trial task
+
+// The training tasks of the paper's learner `name` (MAML, MAML + noise,
+// PLATIPUS; CelebA's "platipus_kl0.15" is a PLATIPUS).
+inline std::uint64_t training_tasks(std::string_view name) {
+  if (name == "maml_noise") return maml_noise_tasks;
+  return name.starts_with("platipus") ? platipus_tasks : maml_tasks;
+}
+}  // namespace stream
+
 // A one-line progress display on stderr: redrawn in place on a terminal,
 // printed every tenth of the way otherwise (logs, CI).
 class Progress {
@@ -479,74 +505,45 @@ inline fs::path checkpoint_file(const std::string& checkpoint, const fs::path& o
   return checkpoint.empty() ? out / "checkpoint.safetensors" : fs::path(checkpoint);
 }
 
-// The paper's three learners of one network and one loss, starting from the
-// same initial weights: MAML, MAML + noise, PLATIPUS; a run trains, saves and
-// evaluates those it chose (all three unless an example says otherwise).
 template <class Loss>
-struct Learners {
-  using MamlLearner = platipus::Maml<platipus::nn::Sequential, Loss, float, ExampleBackend>;
-  using PlatipusLearner = platipus::Platipus<platipus::nn::Sequential, Loss, float, ExampleBackend>;
-
-  static Learners make(const platipus::nn::Sequential& network, const Loss& loss,
-                       const TrainingOptions& o,
-                       std::vector<std::string> chosen = {"maml", "maml_noise", "platipus"}) {
-    platipus::Generator maml_init(o.seed), noise_init(o.seed), platipus_init(o.seed);
-    return {MamlLearner(network, loss, o.maml(), maml_init),
-            MamlLearner(network, loss, o.maml(true), noise_init),
-            PlatipusLearner(network, loss, o.platipus(), platipus_init), std::move(chosen),
-            nlohmann::json()};
-  }
-
-  bool has(std::string_view name) const {
-    return std::find(chosen.begin(), chosen.end(), name) != chosen.end();
-  }
-
-  // f(name, learner) for each chosen learner, in this order; the names
-  // prefix the checkpoint's tensors, label the metrics and key results.json.
-  template <class F>
-  void for_each(F&& f) {
-    if (has("maml")) f("maml", maml);
-    if (has("maml_noise")) f("maml_noise", maml_noise);
-    if (has("platipus")) f("platipus", platipus);
-  }
-  template <class F>
-  void for_each(F&& f) const {
-    if (has("maml")) f("maml", maml);
-    if (has("maml_noise")) f("maml_noise", maml_noise);
-    if (has("platipus")) f("platipus", platipus);
-  }
-
-  MamlLearner maml, maml_noise;
-  PlatipusLearner platipus;
-  std::vector<std::string> chosen;
-  // The checkpoint written or loaded: its file, run id and training options
-  // (with --eval-only these, not the command line's, say how it was trained).
-  nlohmann::json checkpoint;
-};
-
-// A checkpoint holding the learners, their tensors prefixed with their names
-// ("maml/theta", "platipus/mu_theta", ...).
+using MamlLearner = platipus::Maml<platipus::nn::Sequential, Loss, float, ExampleBackend>;
 template <class Loss>
-void save_learners(const fs::path& path, const nlohmann::json& metadata,
-                   const Learners<Loss>& learners) {
-  std::vector<std::pair<std::string, const platipus::Tensor<float, ExampleBackend>*>> named;
-  learners.for_each([&](const std::string& learner, const auto& l) {
-    for (const auto& [name, tensor] : l.state()) named.emplace_back(learner + "/" + name, tensor);
-  });
-  platipus::io::save_checkpoint(path, learners.maml.model().layout(), named, metadata);
+using PlatipusLearner = platipus::Platipus<platipus::nn::Sequential, Loss, float, ExampleBackend>;
+// The learners of an example, by name: the names prefix the checkpoint's
+// tensors, label the metrics and key results.json.
+template <class Loss>
+using Learners = platipus::LearnerSet<MamlLearner<Loss>, PlatipusLearner<Loss>>;
+
+// The MAML and the PLATIPUS of a set of the paper's learners, which the
+// figures compare.
+template <class Loss>
+const MamlLearner<Loss>& maml_of(const Learners<Loss>& learners) {
+  return learners.template get<MamlLearner<Loss>>("maml");
+}
+template <class Loss>
+const PlatipusLearner<Loss>& platipus_of(const Learners<Loss>& learners) {
+  return learners.template get<PlatipusLearner<Loss>>("platipus");
 }
 
-// Loads what save_learners wrote; throws platipus::error naming the file when
-// it is missing, corrupt or written for another architecture.
+// The paper's three learners of one network and one loss, those of `chosen`
+// in this order: MAML, MAML + noise, PLATIPUS, each from the same initial
+// weights.
 template <class Loss>
-nlohmann::json load_learners(const fs::path& path, Learners<Loss>& learners) {
-  auto checkpoint = platipus::io::load_checkpoint<float, ExampleBackend>(path);
-  learners.for_each([&](const std::string& learner, auto& l) {
-    for (const auto& [name, tensor] : l.state())
-      l.set_state(name, platipus::io::take(checkpoint, path, l.model().layout(),
-                                           learner + "/" + name, tensor->shape()));
-  });
-  return checkpoint.metadata;
+Learners<Loss> paper_learners(const platipus::nn::Sequential& network, const Loss& loss,
+                              const TrainingOptions& o,
+                              const std::vector<std::string>& chosen = {"maml", "maml_noise",
+                                                                        "platipus"}) {
+  const auto has = [&](std::string_view name) {
+    return std::ranges::count(chosen, name) > 0;
+  };
+  Learners<Loss> learners;
+  platipus::Generator maml_init(o.seed), noise_init(o.seed), platipus_init(o.seed);
+  if (has("maml")) learners.add("maml", MamlLearner<Loss>(network, loss, o.maml(), maml_init));
+  if (has("maml_noise"))
+    learners.add("maml_noise", MamlLearner<Loss>(network, loss, o.maml(true), noise_init));
+  if (has("platipus"))
+    learners.add("platipus", PlatipusLearner<Loss>(network, loss, o.platipus(), platipus_init));
+  return learners;
 }
 
 // Meta-trains one learner on fresh tasks from `sampler` drawn from the
@@ -586,19 +583,17 @@ inline void announce_ranks(const TrainingOptions& o) {
         ranks->size(), ranks->name(), o.threads, o.meta_batch, fmt::join(slices, " + "));
 }
 
-// Meta-trains the chosen learners, appending to <out>/train.{jsonl,csv} as
-// training goes; each draws its tasks from a generator stream of its own.
-template <class Loss, class Sampler>
-void train(Learners<Loss>& learners, const Sampler& sampler, const TrainingOptions& o,
-           const fs::path& out) {
+// Meta-trains each learner of a set in turn, appending to
+// <out>/train.{jsonl,csv} as training goes; each draws its tasks from the
+// generator stream of its name.
+template <class Set, class Sampler>
+void train(Set& learners, const Sampler& sampler, const TrainingOptions& o, const fs::path& out) {
   platipus::io::MetricsLog log(out, "train");
-  const std::map<std::string, std::uint64_t> stream{
-      {"maml", 1}, {"maml_noise", 3}, {"platipus", 2}};
   announce_ranks(o);
   learners.for_each([&](const std::string& name, auto& learner) {
     check_task_memory(name, learner, sampler, o);
     learner.distribute(shared_world());
-    train_learner(log, name, learner, sampler, o, stream.at(name));
+    train_learner(log, name, learner, sampler, o, stream::training_tasks(name));
   });
 }
 
@@ -636,7 +631,7 @@ void check_task_memory(const std::string& name, const Learner& learner, const Sa
   // what the task freed.
   const std::uint64_t available = platipus::memory::available_bytes(),
                       before = platipus::memory::resident_bytes();
-  platipus::Generator gen(o.seed, 99);
+  platipus::Generator gen(o.seed, stream::memory_probe);
   learner.meta_gradient(sampler.sample(1, gen), gen);
   const std::uint64_t peak = platipus::memory::peak_resident_bytes(),
                       task = peak - std::min(before, peak);
@@ -665,32 +660,59 @@ inline TrainingOptions per_rank(TrainingOptions o) {
   return o;
 }
 
-// Trains and saves the checkpoint (DIR/checkpoint.safetensors unless `checkpoint`
-// names another file), or with eval_only loads `checkpoint`.
+// Trains a set of learners (after the memory checks) and saves them in one
+// checkpoint, DIR/checkpoint.safetensors unless `checkpoint` names another
+// file. Returns the checkpoint's record for results.json: its file, run id
+// and training settings. Rank 0 alone saves; the others return null.
+template <class Set, class Sampler>
+nlohmann::json train_and_save(Set& learners, const Sampler& sampler, const TrainingOptions& o,
+                              const std::string& checkpoint, const fs::path& out,
+                              const nlohmann::json& settings) {
+  learners.for_each([&](const std::string&, const auto& learner) {
+    check_memory(o, learner.model().layout().size());
+  });
+  train(learners, sampler, o, out);
+  if (!is_root()) return nullptr;
+  const fs::path path = checkpoint_file(checkpoint, out);
+  platipus::io::save(path, learners, {{"options", settings}, {"run_id", run_id()}});
+  fmt::print(stderr, "saved {}\n", path.string());
+  return {{"file", path.string()}, {"run_id", run_id()}, {"options", settings}};
+}
+
+// Loads a set of learners from the checkpoint train_and_save wrote. Returns
+// its record, whose settings (not the command line's) say how they were
+// trained.
+template <class Set>
+nlohmann::json load_learners(Set& learners, const std::string& checkpoint) {
+  const auto metadata = platipus::io::load(checkpoint, learners);
+  fmt::print(stderr, "loaded {}\n", checkpoint);
+  return {{"file", checkpoint},
+          {"run_id", metadata.value("run_id", "")},
+          {"options", metadata.value("options", nlohmann::json::object())}};
+}
+
+// The paper's learners of an example and their checkpoint's record.
+template <class Loss>
+struct Prepared {
+  Learners<Loss> learners;
+  nlohmann::json checkpoint;
+};
+
+// The paper's learners of `chosen`: trained and saved, or with eval_only
+// loaded from `checkpoint`.
 template <class Loss, class Sampler>
-Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss,
+Prepared<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss,
                        const Sampler& sampler, const TrainingOptions& o, bool eval_only,
                        const std::string& checkpoint, const fs::path& out,
                        const nlohmann::json& settings,
-                       std::vector<std::string> chosen = {"maml", "maml_noise", "platipus"}) {
-  if (!eval_only) check_memory(o, network.layout().size());
+                       const std::vector<std::string>& chosen = {"maml", "maml_noise",
+                                                                 "platipus"}) {
   const TrainingOptions rank_options = per_rank(o);
-  auto learners = Learners<Loss>::make(network, loss, rank_options, std::move(chosen));
-  if (eval_only) {
-    const auto metadata = load_learners(checkpoint, learners);
-    learners.checkpoint = {{"file", checkpoint},
-                           {"run_id", metadata.value("run_id", "")},
-                           {"options", metadata.value("options", nlohmann::json::object())}};
-    fmt::print(stderr, "loaded {}\n", checkpoint);
-  } else {
-    train(learners, sampler, rank_options, out);
-    if (!is_root()) return learners;  // rank 0 writes, evaluates and reports
-    const fs::path path = checkpoint_file(checkpoint, out);
-    save_learners(path, {{"options", settings}, {"run_id", run_id()}}, learners);
-    learners.checkpoint = {{"file", path.string()}, {"run_id", run_id()}, {"options", settings}};
-    fmt::print(stderr, "saved {}\n", path.string());
-  }
-  return learners;
+  Prepared<Loss> prepared{paper_learners(network, loss, rank_options, chosen), nullptr};
+  prepared.checkpoint = eval_only ? load_learners(prepared.learners, checkpoint)
+                                  : train_and_save(prepared.learners, sampler, rank_options,
+                                                   checkpoint, out, settings);
+  return prepared;
 }
 
 // Evaluates the learners on `tasks` held-out tasks, 100 at a time so that
@@ -701,7 +723,7 @@ Learners<Loss> prepare(const platipus::nn::Sequential& network, const Loss& loss
 template <class Loss, class Sampler, class Score>
 void held_out(const Learners<Loss>& learners, const Sampler& sampler, long tasks, long samples,
               std::uint64_t seed, Score&& score) {
-  platipus::Generator gen(seed, 3);
+  platipus::Generator gen(seed, stream::held_out_tasks);
   for (long done = 0; done < tasks; done += 100) {
     const auto batch = sampler.sample(std::min(100L, tasks - done), gen);
     auto sampled = [&](const auto& learner) {
@@ -709,11 +731,12 @@ void held_out(const Learners<Loss>& learners, const Sampler& sampler, long tasks
           .predict(learner.sample(batch.support_x, batch.support_y, samples, gen), batch.query_x)
           .to_vector();
     };
-    const auto& m = learners.maml;
+    const auto& m = maml_of(learners);
     const auto maml =
         m.predict(m.adapt_to(batch.support_x, batch.support_y, gen), batch.query_x).to_vector();
-    score(batch.query_y.to_vector(), maml, sampled(learners.maml_noise), sampled(learners.platipus),
-          batch.tasks(), batch.query_x.dim(1));
+    score(batch.query_y.to_vector(), maml,
+          sampled(learners.template get<MamlLearner<Loss>>("maml_noise")),
+          sampled(platipus_of(learners)), batch.tasks(), batch.query_x.dim(1));
   }
 }
 

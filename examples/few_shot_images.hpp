@@ -126,10 +126,12 @@ nlohmann::json evaluate_episodes(const Learners<Loss>& learners, const Sampler& 
   // The episodes from one stream, each learner's draws from a stream of its
   // own: every learner meets the same episodes whichever learners a run
   // chose, so runs of one learner each can be compared episode by episode.
-  platipus::Generator gen(seed, 3);
+  platipus::Generator gen(seed, stream::held_out_tasks);
   std::map<std::string, platipus::Generator> draws;
-  for (const auto& [name, stream] : {std::pair{"maml", 6}, {"maml_noise", 7}, {"platipus", 8}})
-    draws.emplace(name, platipus::Generator(seed, stream));
+  for (const auto& [name, models] : {std::pair{"maml", stream::maml_models},
+                                     {"maml_noise", stream::maml_noise_models},
+                                     {"platipus", stream::platipus_models}})
+    draws.emplace(name, platipus::Generator(seed, models));
   Progress progress("evaluating", episodes);
   for (long done = 0; done < episodes; done += chunk) {
     const auto batch = sampler.sample(std::min(chunk, episodes - done), gen);
@@ -242,16 +244,17 @@ inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, ch
     const auto test = sampler(p.test_split, o.eval_queries);
     const auto network = o.network(p.channels, p.size);
     const auto chosen = FewShotOptions::split_list(o.learners);
-    const auto learners = eval_only ? prepare(network, platipus::SoftmaxCrossEntropyLoss{}, test, o,
-                                              true, checkpoint, dir, o.json(), chosen)
-                                    : prepare(network, platipus::SoftmaxCrossEntropyLoss{},
-                                              sampler(p.train_split, o.training_queries()), o,
-                                              false, checkpoint, dir, o.json(), chosen);
+    const auto [learners, trained] = eval_only
+                                         ? prepare(network, platipus::SoftmaxCrossEntropyLoss{},
+                                                   test, o, true, checkpoint, dir, o.json(), chosen)
+                                         : prepare(network, platipus::SoftmaxCrossEntropyLoss{},
+                                                   sampler(p.train_split, o.training_queries()), o,
+                                                   false, checkpoint, dir, o.json(), chosen);
     if (!is_root()) return 0;  // the other ranks of a distributed run only train
     const auto results =
         evaluate_episodes(learners, test, eval_tasks, samples, p.evaluation_chunk, o.seed);
     write_json(dir / "results.json",
-               {{"results", results}, {"options", o.json()}, {"checkpoint", learners.checkpoint}});
+               {{"results", results}, {"options", o.json()}, {"checkpoint", trained}});
     fmt::print(
         "{}-way {}-shot {}, {} {} episodes of {} queries per class ({} inner steps; mean +- 95% "
         "interval)\n",

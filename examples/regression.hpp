@@ -62,8 +62,9 @@ inline platipus::nn::Sequential paper_network() {
       {.inputs = 1, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
 }
 
-inline RegressionLearners prepare(const RegressionOptions& o, bool eval_only,
-                                  const std::string& checkpoint, const fs::path& out) {
+inline Prepared<platipus::GaussianNllLoss> prepare(const RegressionOptions& o, bool eval_only,
+                                                   const std::string& checkpoint,
+                                                   const fs::path& out) {
   return examples::prepare(paper_network(), RegressionOptions::loss(),
                            Sampler({.support = o.support, .query = o.query}), o, eval_only,
                            checkpoint, out, o.json());

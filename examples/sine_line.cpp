@@ -84,9 +84,10 @@ nlohmann::json panel(const RegressionLearners& learners, const data::SineLineFun
   const auto gx = Tensor<float, ExampleBackend>::from_host({1, grid_points, 1}, grid);
   std::vector<double> truth;
   for (float x : grid) truth.push_back(f(x));
-  const auto maml = learners.maml.predict(learners.maml.adapt_to(sx, sy, gen), gx).to_vector();
-  const auto sampled =
-      learners.platipus.predict(learners.platipus.sample(sx, sy, samples, gen), gx).to_vector();
+  const auto& m = maml_of(learners);
+  const auto& p = platipus_of(learners);
+  const auto maml = m.predict(m.adapt_to(sx, sy, gen), gx).to_vector();
+  const auto sampled = p.predict(p.sample(sx, sy, samples, gen), gx).to_vector();
   std::vector<std::vector<float>> curves;
   for (long s = 0; s < samples; ++s)
     curves.emplace_back(sampled.begin() + s * grid_points, sampled.begin() + (s + 1) * grid_points);
@@ -100,7 +101,7 @@ nlohmann::json panel(const RegressionLearners& learners, const data::SineLineFun
 
 nlohmann::json figure3(const RegressionLearners& learners, long samples, std::uint64_t seed) {
   const Sampler sampler;
-  Generator gen(seed, 4);
+  Generator gen(seed, stream::figures);
   auto draw = [&](bool sinusoid) {
     for (;;) {
       const auto f = sampler.draw_function(gen);
@@ -144,12 +145,11 @@ int main(int argc, char** argv) {
   try {
     world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     const fs::path dir(out);
-    const RegressionLearners learners = prepare(options, eval_only, checkpoint, dir);
+    const auto [learners, trained] = prepare(options, eval_only, checkpoint, dir);
     if (!is_root()) return 0;  // the other ranks of a distributed run only train
     const auto results = evaluate(learners, eval_tasks, samples, options.seed);
-    write_json(
-        dir / "results.json",
-        {{"results", results}, {"options", options.json()}, {"checkpoint", learners.checkpoint}});
+    write_json(dir / "results.json",
+               {{"results", results}, {"options", options.json()}, {"checkpoint", trained}});
     write_json(dir / "figure3.json", figure3(learners, samples, options.seed));
     fmt::print(
         "{} held-out tasks, 5 support and 100 query points (mean +- 95% interval; {} samples)\n",

@@ -1241,6 +1241,96 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a set of learners saves in one checkpoint under their names and loads all or none",
+          "[components][io][checkpoint]") {
+  using Set = LearnerSet<FloatMaml, FloatPlatipus>;
+  TemporaryDirectory dir;
+  const auto path = dir / "set.safetensors";
+  auto make = [](std::uint64_t seed) {
+    Set set;
+    Generator maml_init(seed), noise_init(seed + 1), platipus_init(seed + 2);
+    set.add("maml", FloatMaml(tiny(), MseLoss{}, {.threads = 1}, maml_init));
+    set.add("maml_noise", FloatMaml(tiny(), MseLoss{}, {.threads = 1}, noise_init));
+    set.add("platipus", FloatPlatipus(tiny(), MseLoss{}, {.threads = 1}, platipus_init));
+    return set;
+  };
+  Set trained = make(60);
+  Generator data_gen(61);
+  trained.for_each([&](const std::string&, auto& learner) {
+    learner.meta_train_step(data::SinusoidLineSampler<float>().sample(2, data_gen), data_gen);
+  });
+  io::save(path, trained, {{"run", "set"}});
+  CHECK(trained.names() == std::vector<std::string>{"maml", "maml_noise", "platipus"});
+  const auto stored = io::load_checkpoint<float>(path);
+  CHECK(stored.tensors.contains("maml/theta"));
+  CHECK(stored.tensors.contains("maml_noise/theta"));
+  CHECK(stored.tensors.contains("platipus/mu_theta"));
+  CHECK(stored.tensors.size() == 2 + FloatPlatipus::part_count);
+
+  Set restored = make(70);
+  REQUIRE_FALSE(same(restored.get<FloatMaml>("maml").parameters(),
+                     trained.get<FloatMaml>("maml").parameters()));
+  CHECK(io::load(path, restored) == nlohmann::json{{"run", "set"}});
+  for (const char* name : {"maml", "maml_noise"})
+    CHECK(same(restored.get<FloatMaml>(name).parameters(),
+               trained.get<FloatMaml>(name).parameters()));
+  for (int p = 0; p < FloatPlatipus::part_count; ++p) {
+    const auto part = static_cast<FloatPlatipus::Part>(p);
+    CHECK(same(restored.get<FloatPlatipus>("platipus").part(part),
+               trained.get<FloatPlatipus>("platipus").part(part)));
+  }
+
+  SECTION("a learner the checkpoint lacks fails naming it, and no learner changes") {
+    Set more = make(80);
+    Generator init(81);
+    more.add("platipus_kl0.15", FloatPlatipus(tiny(), MseLoss{}, {.threads = 1}, init));
+    const auto before = more.get<FloatMaml>("maml").parameters().clone();
+    CHECK_THROWS_WITH(io::load(path, more),
+                      Contains(path.string()) && Contains("platipus_kl0.15/mu_theta"));
+    CHECK(same(more.get<FloatMaml>("maml").parameters(), before));
+  }
+  SECTION("a subset loads from it") {
+    Set one;
+    Generator init(90);
+    one.add("platipus", FloatPlatipus(tiny(), MseLoss{}, {.threads = 1}, init));
+    io::load(path, one);
+    CHECK(same(one.get<FloatPlatipus>("platipus").part(FloatPlatipus::Part::mu_theta),
+               trained.get<FloatPlatipus>("platipus").part(FloatPlatipus::Part::mu_theta)));
+  }
+  SECTION("learners of two architectures are refused on saving, naming the second") {
+    Set mixed = make(100);
+    Generator init(101);
+    mixed.add("wide", FloatMaml(tiny(16), MseLoss{}, {.threads = 1}, init));
+    CHECK_THROWS_WITH(io::save(dir / "mixed.safetensors", mixed),
+                      Contains("'wide'") && Contains("architecture"));
+    CHECK_THROWS_WITH(io::save(dir / "empty.safetensors", Set{}), Contains("empty"));
+    CHECK(dir.entries() == std::vector<std::string>{"set.safetensors"});
+  }
+}
+
+TEST_CASE("a set of learners refuses bad names and asks for a learner by name and type",
+          "[components][meta][errors]") {
+  LearnerSet<FloatMaml, FloatPlatipus> set;
+  Generator init(110);
+  auto& maml = set.add("maml", FloatMaml(tiny(), MseLoss{}, {.threads = 1}, init));
+  CHECK(&set.get<FloatMaml>("maml") == &maml);
+  CHECK(set.contains("maml"));
+  CHECK_FALSE(set.contains("platipus"));
+  CHECK_THROWS_WITH(set.add("maml", FloatMaml(tiny(), MseLoss{}, {.threads = 1}, init)),
+                    Contains("already a learner named 'maml'"));
+  for (const char* bad : {"", "maml/noise"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(set.add(bad, FloatMaml(tiny(), MseLoss{}, {.threads = 1}, init)), error);
+  }
+  CHECK_THROWS_WITH(set.get<FloatMaml>("platipus"),
+                    Contains("no learner named 'platipus'") && Contains("maml"));
+  CHECK_THROWS_WITH(set.get<FloatPlatipus>("maml"), Contains("another type"));
+  CHECK(set.size() == 1);
+  CHECK(set.erase("maml"));
+  CHECK_FALSE(set.erase("maml"));
+  CHECK(set.empty());
+}
+
 TEST_CASE("a truncated, corrupt or missing checkpoint fails naming the file",
           "[components][io][checkpoint][errors]") {
   TemporaryDirectory dir;

@@ -9,6 +9,7 @@
 #include "platipus/meta/ambiguity.hpp"
 #include "platipus/meta/anil.hpp"
 #include "platipus/meta/evaluation.hpp"
+#include "platipus/meta/learner_set.hpp"
 #include "platipus/meta/maml.hpp"
 #include "platipus/meta/maml_plus_plus.hpp"
 #include "platipus/meta/meta_sgd.hpp"

@@ -16,11 +16,15 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "platipus/io/safetensors.hpp"
+#include "platipus/meta/learner_set.hpp"
 #include "platipus/nn/parameters.hpp"
 
 namespace platipus::io {
@@ -143,6 +147,11 @@ Tensor<T, B> take(Checkpoint<T, B>& checkpoint, const std::filesystem::path& pat
   return std::move(it->second);
 }
 
+// The tensor type of a meta-learner's state (Tensor<float, cpu>, ...).
+template <class Algorithm>
+using StateTensor =
+    std::remove_cvref_t<decltype(*std::declval<const Algorithm&>().state()[0].second)>;
+
 // Saves a meta-learner's meta-parameters (its state(): MAML's theta, or
 // PLATIPUS's five parts) with its model's layout and `metadata`.
 template <class Algorithm>
@@ -151,19 +160,74 @@ void save(const std::filesystem::path& path, const Algorithm& algorithm,
   save_checkpoint(path, algorithm.model().layout(), algorithm.state(), metadata);
 }
 
+// Saves every learner of `set` in one checkpoint, each one's tensors under
+// its name ("maml/theta"). The checkpoint records one layout, so the
+// learners must share their model's architecture.
+template <class... Learners>
+void save(const std::filesystem::path& path, const LearnerSet<Learners...>& set,
+          const nlohmann::json& metadata = nlohmann::json::object()) {
+  using TensorType = StateTensor<std::tuple_element_t<0, std::tuple<Learners...>>>;
+  check(!set.empty(), "save", "{}: the set of learners to save is empty", path.string());
+  const nn::ParamLayout* layout = nullptr;
+  std::vector<std::pair<std::string, const TensorType*>> named;
+  set.for_each([&](const std::string& learner, const auto& algorithm) {
+    if (layout == nullptr) layout = &algorithm.model().layout();
+    check(describe_layout(algorithm.model().layout()) == describe_layout(*layout), "save",
+          "{}: learner '{}' has another architecture than the set's first learner, and a "
+          "checkpoint holds one",
+          path.string(), learner);
+    for (const auto& [name, tensor] : algorithm.state())
+      named.emplace_back(learner + "/" + name, tensor);
+  });
+  save_checkpoint(path, *layout, named, metadata);
+}
+
+// The values in `checkpoint` of `algorithm`'s state, its tensors named
+// `prefix` + their name; throws naming the file when one is missing or of
+// another shape or architecture.
+template <class Algorithm, class T, class B>
+std::vector<std::pair<std::string, Tensor<T, B>>> take_state(Checkpoint<T, B>& checkpoint,
+                                                             const std::filesystem::path& path,
+                                                             const Algorithm& algorithm,
+                                                             const std::string& prefix = "") {
+  std::vector<std::pair<std::string, Tensor<T, B>>> values;
+  for (const auto& [name, current] : algorithm.state())
+    values.emplace_back(
+        name, take(checkpoint, path, algorithm.model().layout(), prefix + name, current->shape()));
+  return values;
+}
+
 // Loads a checkpoint written by `save` into a meta-learner of the same
 // architecture; returns the checkpoint's metadata. Throws platipus::error
-// naming the file for a missing or corrupt file or another architecture.
+// naming the file for a missing or corrupt file or another architecture,
+// leaving the learner as it was.
 template <class Algorithm>
 nlohmann::json load(const std::filesystem::path& path, Algorithm& algorithm) {
-  using TensorType = std::remove_cvref_t<decltype(*algorithm.state()[0].second)>;
+  using TensorType = StateTensor<Algorithm>;
   auto checkpoint =
       load_checkpoint<typename TensorType::value_type, typename TensorType::backend>(path);
-  std::vector<std::pair<std::string, TensorType>> values;
-  for (const auto& [name, current] : algorithm.state())
-    values.emplace_back(name,
-                        take(checkpoint, path, algorithm.model().layout(), name, current->shape()));
-  for (auto& [name, value] : values) algorithm.set_state(name, std::move(value));
+  for (auto& [name, value] : take_state(checkpoint, path, algorithm))
+    algorithm.set_state(name, std::move(value));
+  return checkpoint.metadata;
+}
+
+// Loads every learner of `set` from a checkpoint written by `save` for a
+// set (tensors the set has no learner for are left unread); all or none:
+// a failure leaves every learner as it was.
+template <class... Learners>
+nlohmann::json load(const std::filesystem::path& path, LearnerSet<Learners...>& set) {
+  using TensorType = StateTensor<std::tuple_element_t<0, std::tuple<Learners...>>>;
+  using T = typename TensorType::value_type;
+  using B = typename TensorType::backend;
+  auto checkpoint = load_checkpoint<T, B>(path);
+  std::vector<std::vector<std::pair<std::string, Tensor<T, B>>>> values;
+  set.for_each([&](const std::string& learner, const auto& algorithm) {
+    values.push_back(take_state(checkpoint, path, algorithm, learner + "/"));
+  });
+  auto next = values.begin();
+  set.for_each([&](const std::string&, auto& algorithm) {
+    for (auto& [name, value] : *next++) algorithm.set_state(name, std::move(value));
+  });
   return checkpoint.metadata;
 }
 
