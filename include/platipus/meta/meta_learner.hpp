@@ -158,6 +158,8 @@ class MetaLearner : public O::Names {
         parts_(objective_.initialize(init)),
         optimizer_(settings.meta_optimizer),
         pool_(task_pool<B>(settings.threads)) {
+    check(settings.threads >= 0, O::name,
+          "threads must be non-negative (0: the backend's default), got {}", settings.threads);
     check(settings.task_chunks >= one_chunk_per_thread, O::name,
           "task_chunks must be 0 (the backend's cut), N > 0 or one_chunk_per_thread (-1), got {}",
           settings.task_chunks);

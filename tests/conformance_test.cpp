@@ -1,0 +1,303 @@
+// Every objective of the library through one harness, as Stan's expect_ad
+// runs every function through one: the same bits on 1, 2 and 3 threads,
+// a checkpoint round trip, the meta-gradient against central differences in
+// double, and the refusal of bad settings and batches. A new algorithm joins
+// by adding its case to `Objectives`.
+#include "catch.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "platipus/io/checkpoint.hpp"
+#include "platipus/platipus.hpp"
+#include "temporary_directory.hpp"
+
+using namespace platipus;
+using Catch::Contains;
+
+namespace {
+
+using Network = nn::Sequential;
+
+// Smooth (tanh), so that central differences see no kink.
+Network network(std::int64_t hidden = 6) {
+  return nn::mlp(
+      {.inputs = 1, .hidden = {hidden}, .outputs = 1, .activation = nn::Activation::tanh});
+}
+
+// The settings the cases share: two inner steps, `threads` threads and the
+// cut `chunks`, and a given inner loop where a test needs another.
+struct Common {
+  int threads = 1, chunks = 0;
+  InnerLoop inner_loop{.steps = 2, .learning_rate = 0.02};
+};
+
+// A case: the learner of one objective on a scalar type, its settings from
+// Common (and whatever exercises the objective: noise, a KL weight, MAML++
+// past its first-order phase) and whether its meta-gradient is the exact
+// derivative of its objective (first-order MAML and Reptile are not, by
+// design: docs/algorithms.md).
+struct MamlCase {
+  template <class T>
+  using Learner = Maml<Network, MseLoss, T>;
+  static constexpr bool exact = true;
+  template <class T>
+  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
+    return {network(hidden),
+            MseLoss{},
+            {.inner_loop = c.inner_loop, .threads = c.threads, .task_chunks = c.chunks},
+            init};
+  }
+};
+
+struct FirstOrderMamlCase {
+  template <class T>
+  using Learner = Maml<Network, MseLoss, T>;
+  static constexpr bool exact = false;
+  template <class T>
+  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
+    return {network(hidden),
+            MseLoss{},
+            {.inner_loop = c.inner_loop,
+             .first_order = true,
+             .threads = c.threads,
+             .task_chunks = c.chunks},
+            init};
+  }
+};
+
+struct MamlNoiseCase {
+  template <class T>
+  using Learner = Maml<Network, MseLoss, T>;
+  static constexpr bool exact = true;
+  template <class T>
+  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
+    auto loop = c.inner_loop;
+    loop.gradient_noise = loop.gradient_noise > 0 ? loop.gradient_noise : 0.3;
+    return {network(hidden),
+            MseLoss{},
+            {.inner_loop = loop, .threads = c.threads, .task_chunks = c.chunks},
+            init};
+  }
+};
+
+struct PlatipusCase {
+  template <class T>
+  using Learner = Platipus<Network, MseLoss, T>;
+  static constexpr bool exact = true;
+  template <class T>
+  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
+    return {network(hidden),
+            MseLoss{},
+            {.inner_loop = c.inner_loop,
+             .kl_weight = 0.5,
+             .initial_prior_variance = 0.05,
+             .initial_posterior_variance = 0.02,
+             .initial_gamma_p = 0.03,
+             .initial_gamma_q = 0.05,
+             .threads = c.threads,
+             .task_chunks = c.chunks},
+            init};
+  }
+};
+
+struct MetaSgdCase {
+  template <class T>
+  using Learner = MetaSgd<Network, MseLoss, T>;
+  static constexpr bool exact = true;
+  template <class T>
+  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
+    return {network(hidden),
+            MseLoss{},
+            {.inner_loop = c.inner_loop, .threads = c.threads, .task_chunks = c.chunks},
+            init};
+  }
+};
+
+struct AnilCase {
+  template <class T>
+  using Learner = Anil<Network, MseLoss, T>;
+  static constexpr bool exact = true;
+  template <class T>
+  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
+    return {network(hidden),
+            MseLoss{},
+            {.inner_loop = c.inner_loop, .threads = c.threads, .task_chunks = c.chunks},
+            init};
+  }
+};
+
+struct ReptileCase {
+  template <class T>
+  using Learner = Reptile<Network, MseLoss, T>;
+  static constexpr bool exact = false;
+  template <class T>
+  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
+    return {network(hidden),
+            MseLoss{},
+            {.inner_loop = c.inner_loop, .threads = c.threads, .task_chunks = c.chunks},
+            init};
+  }
+};
+
+struct MamlPlusPlusCase {
+  template <class T>
+  using Learner = MamlPlusPlus<Network, MseLoss, T>;
+  static constexpr bool exact = true;
+  template <class T>
+  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
+    // The multi-step loss on, second order from the start.
+    return {network(hidden),
+            MseLoss{},
+            {.inner_loop = c.inner_loop,
+             .multi_step_loss_steps = 100,
+             .first_order_steps = 0,
+             .threads = c.threads,
+             .task_chunks = c.chunks},
+            init};
+  }
+};
+
+using Objectives = std::tuple<MamlCase, FirstOrderMamlCase, MamlNoiseCase, PlatipusCase,
+                              MetaSgdCase, AnilCase, ReptileCase, MamlPlusPlusCase>;
+
+template <class Learner>
+auto state_values(const Learner& learner) {
+  std::vector<std::vector<typename io::StateTensor<Learner>::value_type>> values;
+  for (const auto& [name, tensor] : learner.state()) values.push_back(tensor->to_vector());
+  return values;
+}
+
+// The meta-gradient as one tensor per part.
+template <class Learner, class T>
+std::vector<Tensor<T>> part_gradients(const Learner& learner, const TaskBatch<T>& batch,
+                                      Generator& gen) {
+  if constexpr (Learner::part_count == 1) {
+    std::vector<Tensor<T>> one;
+    one.push_back(learner.meta_gradient(batch, gen));
+    return one;
+  } else {
+    return learner.meta_gradient(batch, gen);
+  }
+}
+
+// The meta-loss the driver differentiates: the objective's terms over the
+// whole batch as one chunk, per task, with the noise drawn from `noise` as
+// a meta-step draws it.
+template <class Learner, class T>
+double meta_loss(const Learner& learner, const TaskBatch<T>& batch, const Generator& noise) {
+  Generator gen = noise;
+  TaskNoise task_noise(gen);
+  Tape<T> tape;
+  std::vector<Var<T>> parts;
+  for (int p = 0; p < Learner::part_count; ++p)
+    parts.push_back(tape.variable(learner.part(static_cast<typename Learner::Part>(p))));
+  const auto terms = learner.objective().chunk_terms(std::span<const Var<T>>(parts), batch,
+                                                     task_noise, learner.current_schedule());
+  return terms.objective.value().to_vector()[0] / static_cast<double>(batch.tasks());
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("every objective trains the same bits on 1, 2 and 3 threads",
+                        "[conformance][threads]", Objectives) {
+  const data::SinusoidLineSampler<float> sampler({.support = 4, .query = 4});
+  for (const int chunks : {0, 3}) {
+    std::vector<std::vector<std::vector<float>>> trained;
+    for (const int threads : {1, 2, 3}) {
+      Generator init(1), gen(2);
+      auto learner = TestType::template make<float>({.threads = threads, .chunks = chunks}, init);
+      for (int step = 0; step < 4; ++step) learner.meta_train_step(sampler.sample(7, gen), gen);
+      trained.push_back(state_values(learner));
+    }
+    INFO("task_chunks " << chunks);
+    CHECK(trained[0] == trained[1]);
+    CHECK(trained[0] == trained[2]);
+    Generator init(1);
+    CHECK(trained[0] != state_values(TestType::template make<float>({}, init)));  // it trained
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("every objective's checkpoint restores its meta-parameters exactly",
+                        "[conformance][checkpoint]", Objectives) {
+  TemporaryDirectory dir;
+  const auto path = dir / "learner.safetensors";
+  Generator init(3), gen(4);
+  auto learner = TestType::template make<float>({}, init);
+  learner.meta_train_step(data::SinusoidLineSampler<float>().sample(3, gen), gen);
+  io::save(path, learner, {{"steps", learner.steps()}});
+  Generator other(5);
+  auto restored = TestType::template make<float>({}, other);
+  REQUIRE(state_values(restored) != state_values(learner));
+  CHECK(io::load(path, restored) == nlohmann::json{{"steps", 1}});
+  CHECK(state_values(restored) == state_values(learner));
+  SECTION("and refuses a checkpoint of another architecture, leaving the learner as it was") {
+    auto wider = TestType::template make<float>({}, other, 7);
+    const auto before = state_values(wider);
+    CHECK_THROWS_WITH(io::load(path, wider), Contains(path.string()) && Contains("architecture"));
+    CHECK(state_values(wider) == before);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("every exact objective's meta-gradient matches central differences",
+                        "[conformance][gradcheck]", Objectives) {
+  if constexpr (!TestType::exact) {
+    SUCCEED("a pseudo-gradient by design: no function to difference");
+  } else {
+    using Learner = typename TestType::template Learner<double>;
+    Generator init(6), data(7);
+    Learner learner = TestType::template make<double>({.threads = 2}, init);
+    const auto batch =
+        data::SinusoidLineSampler<double>({.support = 4, .query = 5}).sample(3, data);
+    const Generator noise(8);
+    Generator gen = noise;
+    const auto gradients = part_gradients(learner, batch, gen);
+    Generator pick(9);
+    for (int p = 0; p < Learner::part_count; ++p) {
+      const auto part = static_cast<typename Learner::Part>(p);
+      for (int k = 0; k < 3; ++k) {
+        const auto i = static_cast<std::size_t>(pick.index(learner.part(part).numel()));
+        auto values = learner.part(part).to_vector();
+        const double h = 1e-6, original = values[i];
+        auto at = [&](double value) {
+          values[i] = value;
+          learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
+          return meta_loss(learner, batch, noise);
+        };
+        const double numeric = (at(original + h) - at(original - h)) / (2 * h);
+        at(original);
+        const double analytic = gradients[static_cast<std::size_t>(p)].to_vector()[i];
+        INFO(Learner::part_names[static_cast<std::size_t>(p)]
+             << "[" << i << "]: analytic " << analytic << ", numeric " << numeric);
+        CHECK(analytic == Approx(numeric).epsilon(1e-5).margin(1e-8));
+      }
+    }
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("every objective refuses bad settings and batches, naming what is wrong",
+                        "[conformance][errors]", Objectives) {
+  Generator init(10);
+  auto make = [&](const Common& c) {
+    return TestType::template make<float>(c, init);
+  };
+  CHECK_THROWS_WITH(make({.inner_loop = {.steps = -1}}), Contains("inner_loop.steps"));
+  CHECK_THROWS_WITH(make({.inner_loop = {.learning_rate = std::nan("")}}),
+                    Contains("inner_loop.learning_rate"));
+  CHECK_THROWS_WITH(make({.inner_loop = {.max_gradient_norm = -1}}),
+                    Contains("inner_loop.max_gradient_norm"));
+  CHECK_THROWS_WITH(make({.threads = -2}), Contains("threads must be non-negative"));
+  CHECK_THROWS_WITH(make({.chunks = -2}), Contains("task_chunks"));
+  auto learner = make({});
+  Generator gen(11);
+  auto batch = data::SinusoidLineSampler<float>().sample(2, gen);
+  batch.query_y = Tensor<float>::zeros({2, 3, 1});  // a query set of another size than its x
+  CHECK_THROWS_AS(learner.meta_train_step(batch, gen), error);
+  const auto before = state_values(learner);
+  CHECK_THROWS_WITH(learner.meta_train_step(batch, gen), Contains("::meta_train_step"));
+  CHECK_THROWS_WITH(learner.meta_gradient(batch, gen), Contains("::meta_gradient"));
+  CHECK(state_values(learner) == before);
+}
