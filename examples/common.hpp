@@ -598,14 +598,10 @@ void train(Set& learners, const Sampler& sampler, const TrainingOptions& o, cons
 }
 
 // Refuses, before training starts, a run whose meta-step needs more memory
-// than the machine has, by a lower bound: each of the K inner steps of
-// second-order MAML keeps every task's parameters on the tape (the
-// activations and the gradient's graph come on top). A run past the bound
-// would otherwise be killed by the kernel's OOM killer hours in, or take the
-// machine's memory with it (--inner-steps 100000 grew to 22 GB).
+// than the machine has, by a lower bound (platipus::meta_step_bytes_bound).
 inline void check_memory(const TrainingOptions& o, std::int64_t parameters) {
-  const double bytes = static_cast<double>(o.meta_batch) * static_cast<double>(parameters) *
-                       sizeof(float) * (o.inner_loop.steps + 1.0);
+  const double bytes =
+      platipus::meta_step_bytes_bound(o.meta_batch, parameters, o.inner_loop.steps, sizeof(float));
   const auto available = platipus::memory::available_bytes();
   platipus::check(o.force || available == 0 || bytes <= static_cast<double>(available), "memory",
                   "a meta-step of {} tasks and {} inner steps needs at least {:.1f} GB, and {:.1f} "
@@ -615,48 +611,42 @@ inline void check_memory(const TrainingOptions& o, std::int64_t parameters) {
 }
 
 // Refuses, before `learner` trains, a run whose tasks in flight need more
-// memory than is available, measured rather than bounded: one task's
-// meta-gradient (on a task of its own generator stream, so training draws
-// the same numbers) adds a peak of M bytes, and min(threads, meta-batch)
-// tasks run at once on the CPU (one chunk per task). The default miniimagenet
-// run asked for two PLATIPUS tasks of 11.7 GB each on a 2-core, 24 GB
-// machine, and the kernel killed it 13 minutes in.
+// memory than is available, measured rather than bounded (platipus::
+// measure_task_bytes on a task of a stream of its own, so training draws
+// the same numbers).
 template <class Learner, class Sampler>
 void check_task_memory(const std::string& name, const Learner& learner, const Sampler& sampler,
                        const TrainingOptions& o) {
-  if (!std::is_same_v<ExampleBackend, platipus::cpu> || o.force ||
-      !platipus::memory::reset_peak_resident())
-    return;
+  if (o.force) return;
   // Available before the task: after it, this process's heap keeps much of
   // what the task freed.
-  const std::uint64_t available = platipus::memory::available_bytes(),
-                      before = platipus::memory::resident_bytes();
+  const std::uint64_t available = platipus::memory::available_bytes();
   platipus::Generator gen(o.seed, stream::memory_probe);
-  learner.meta_gradient(sampler.sample(1, gen), gen);
-  const std::uint64_t peak = platipus::memory::peak_resident_bytes(),
-                      task = peak - std::min(before, peak);
-  // Distributed, a rank runs tasks of its slice (rank 0's is the largest),
-  // and the ranks on this machine share its memory.
-  const long slice =
-      world() ? platipus::rank_tasks(o.meta_batch, 0, world()->size()).count : o.meta_batch;
-  const auto threads = static_cast<std::uint64_t>(
-      std::min<long>(slice, o.threads > 0 ? o.threads : ExampleBackend::default_threads()) *
-      (world() ? world()->local_size() : 1));
-  const std::uint64_t fit = task > 0 ? available / task : threads;
-  platipus::check(available == 0 || task * threads <= available, "memory",
-                  "{}: a task's meta-step takes {:.2f} GB and {} run at once, {:.1f} GB in all, "
-                  "but {:.1f} GB are available; {}, or --force",
-                  name, static_cast<double>(task) / 1e9, threads,
-                  static_cast<double>(task * threads) / 1e9, static_cast<double>(available) / 1e9,
-                  fit > 0 ? fmt::format("use --threads {} (the same numbers, more slowly)", fit)
-                          : std::string("use a smaller network or fewer points per task"));
+  const auto task = platipus::measure_task_bytes(learner, sampler, gen);
+  if (!task) return;
+  const platipus::TaskMemory need{
+      .task_bytes = *task,
+      .tasks_at_once = platipus::tasks_at_once(
+          o.meta_batch, o.threads > 0 ? o.threads : ExampleBackend::default_threads(),
+          world() ? world()->size() : 1, world() ? world()->local_size() : 1),
+      .available = available};
+  platipus::check(
+      need.fits(), "memory",
+      "{}: a task's meta-step takes {:.2f} GB and {} run at once, {:.1f} GB in all, "
+      "but {:.1f} GB are available; {}, or --force",
+      name, static_cast<double>(need.task_bytes) / 1e9, need.tasks_at_once,
+      static_cast<double>(need.bytes()) / 1e9, static_cast<double>(available) / 1e9,
+      need.tasks_that_fit() > 0
+          ? fmt::format("use --threads {} (the same numbers, more slowly)", need.tasks_that_fit())
+          : std::string("use a smaller network or fewer points per task"));
 }
 
 // The options of one rank: with `--threads 0` the ranks of a machine share
 // its cores rather than each taking all of them.
 inline TrainingOptions per_rank(TrainingOptions o) {
-  if (world() != nullptr && o.threads == 0)
-    o.threads = std::max(1, ExampleBackend::default_threads() / world()->local_size());
+  if (world() != nullptr)
+    o.threads = platipus::threads_per_rank(o.threads, ExampleBackend::default_threads(),
+                                           world()->local_size());
   return o;
 }
 

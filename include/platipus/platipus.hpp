@@ -12,6 +12,7 @@
 #include "platipus/meta/learner_set.hpp"
 #include "platipus/meta/maml.hpp"
 #include "platipus/meta/maml_plus_plus.hpp"
+#include "platipus/meta/memory_check.hpp"
 #include "platipus/meta/meta_sgd.hpp"
 #include "platipus/meta/platipus.hpp"
 #include "platipus/meta/predict.hpp"
