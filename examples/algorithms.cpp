@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
     if (!eval_only) announce_ranks(options);
     const fs::path dir(out);
     auto algorithms = make_algorithms(chosen, options);
+    const nlohmann::json record_of_options = with_learners(options.json(), algorithms);
     nlohmann::json results = nlohmann::json::object(), trained;
     if (eval_only) {
       trained = load_learners(algorithms, checkpoint);
@@ -158,7 +159,7 @@ int main(int argc, char** argv) {
       if (!is_root()) return 0;  // the other ranks of a distributed run only train
       if (!algorithms.empty()) {
         const fs::path path = checkpoint_file(checkpoint, dir);
-        io::save(path, algorithms, {{"options", options.json()}, {"run_id", run_id()}});
+        io::save(path, algorithms, {{"options", record_of_options}, {"run_id", run_id()}});
         trained = {{"file", path.string()}, {"run_id", run_id()}};
         fmt::print(stderr, "saved {}\n", path.string());
       }
@@ -167,7 +168,7 @@ int main(int argc, char** argv) {
       results[name].update(score(learner, options, eval_tasks, samples));
     });
     nlohmann::json record{
-        {"results", results}, {"options", options.json()}, {"checkpoint", trained}};
+        {"results", results}, {"options", record_of_options}, {"checkpoint", trained}};
     write_json(dir / "results.json", record);
     fmt::print("{} held-out tasks, 5 support and 100 query points (mean +- 95% interval)\n",
                eval_tasks);

@@ -75,9 +75,7 @@ struct CelebaOptions : FewShotOptions {
     auto j = FewShotOptions::json();
     j.erase("ways");
     j.erase("strided");
-    j.erase("kl_weight");
     j["size"] = size;
-    j["kl_weights"] = weights();
     j["task_rule"] = rule == data::CelebaTaskRule::converse ? "converse" : "both_or_neither";
     j["likelihood_samples"] = likelihood_samples;
     return j;
@@ -298,8 +296,9 @@ int main(int argc, char** argv) {
       results[name] = {{"accuracy", as_json(estimate_of(s, &platipus::AmbiguityScores::accuracy))},
                        {"coverage", as_json(estimate_of(s, &platipus::AmbiguityScores::coverage))},
                        {"nll", as_json(estimate_of(s, &platipus::AmbiguityScores::nll))}};
-    write_json(dir / "results.json",
-               {{"results", results}, {"options", o.json()}, {"checkpoint", checkpoint}});
+    write_json(dir / "results.json", {{"results", results},
+                                      {"options", with_learners(o.json(), rows)},
+                                      {"checkpoint", checkpoint}});
     const auto md = table_markdown(results, rows, o.shots, run.eval_tasks);
     platipus::write_file_atomically(dir / "table1.md", md);
     if (!figure.is_null()) write_json(dir / "figure.json", figure);

@@ -144,8 +144,9 @@ int main(int argc, char** argv) {
                 eval_only, checkpoint, dir, o.json());
     if (!is_root()) return 0;  // the other ranks of a distributed run only train
     const auto results = evaluate(learners, eval_tasks, samples, o.seed);
-    write_json(dir / "results.json",
-               {{"results", results}, {"options", o.json()}, {"checkpoint", trained}});
+    write_json(dir / "results.json", {{"results", results},
+                                      {"options", with_learners(o.json(), learners)},
+                                      {"checkpoint", trained}});
     write_json(dir / "figure7.json", figure7(learners, samples, o.seed));
     fmt::print("1-shot classification on {} held-out tasks (mean +- 95% interval; {} samples)\n",
                eval_tasks, samples);

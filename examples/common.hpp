@@ -38,6 +38,7 @@
 #endif
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
+#include "platipus/io/settings_json.hpp"
 #include "platipus/io/training_run.hpp"
 #include "platipus/platipus.hpp"
 
@@ -350,11 +351,13 @@ struct TrainingOptions {
         ->check(CLI::Range(0.0, 1e6));
     app.add_option("--posterior-data", posterior_data,
                    "PLATIPUS: the points of the posterior mean's gradient step: query (Algorithm "
-                   "1) or support-and-query (the inference network of Section 4.2)")
+                   "1) or support-and-query (the inference network of Section 4.2; "
+                   "support_and_query, as results.json spells it, too)")
         ->default_str(posterior_data_name())
         ->transform(CLI::CheckedTransformer(std::map<std::string, platipus::PosteriorData>{
             {"query", platipus::PosteriorData::query},
-            {"support-and-query", platipus::PosteriorData::support_and_query}}));
+            {"support-and-query", platipus::PosteriorData::support_and_query},
+            {"support_and_query", platipus::PosteriorData::support_and_query}}));
     app.add_option("--meta-learning-rate", meta_learning_rate,
                    "Adam's learning rate on the meta-parameters")
         ->check(CLI::Range(1e-12, 1e3));
@@ -382,30 +385,11 @@ struct TrainingOptions {
         ->check(unsigned_64_bits);
   }
 
+  // The run's record for results.json and the checkpoint: the loop and the
+  // seed; the learners' own settings go beside it (with_learners).
   nlohmann::json json() const {
-    // null: each learner's default
-    const nlohmann::json annealing = meta_learning_rate_annealing_steps
-                                         ? nlohmann::json(*meta_learning_rate_annealing_steps)
-                                         : nlohmann::json();
     return {{"steps", steps},
             {"meta_batch", meta_batch},
-            {"inner_loop",
-             {{"steps", inner_loop.steps},
-              {"evaluation_steps", inner_loop.evaluation_steps.value_or(inner_loop.steps)},
-              {"learning_rate", inner_loop.learning_rate},
-              {"gradient_noise", inner_loop.gradient_noise},
-              {"max_gradient_norm", inner_loop.max_gradient_norm}}},
-            {"kl_weight", kl_weight},
-            {"kl_anneal_steps", kl_anneal_steps},
-            {"query_reduction", query_reduction == platipus::Reduction::sum ? "sum" : "mean"},
-            {"prior_likelihood_weight", prior_likelihood_weight},
-            {"posterior_data", posterior_data_name()},
-            {"meta_learning_rate", meta_learning_rate},
-            {"meta_learning_rate_annealing_steps", annealing},
-            {"prior_variance", prior_variance},
-            {"posterior_variance", posterior_variance},
-            {"gamma", gamma},
-            {"task_chunks", task_chunks},
             {"seed", seed},
             {"ranks", world() ? world()->size() : 1}};
   }
@@ -650,6 +634,17 @@ inline TrainingOptions per_rank(TrainingOptions o) {
   return o;
 }
 
+// An example's record of its flags with each learner's settings under
+// "learners", as the library writes them (io/settings_json.hpp): how every
+// learner was built, to the last field.
+template <class Set>
+nlohmann::json with_learners(nlohmann::json options, const Set& learners) {
+  auto& settings = options["learners"] = nlohmann::json::object();
+  learners.for_each(
+      [&](const std::string& name, const auto& learner) { settings[name] = learner.settings(); });
+  return options;
+}
+
 // Trains a set of learners (after the memory checks) and saves them in one
 // checkpoint, DIR/checkpoint.safetensors unless `checkpoint` names another
 // file. Returns the checkpoint's record for results.json: its file, run id
@@ -664,9 +659,10 @@ nlohmann::json train_and_save(Set& learners, const Sampler& sampler, const Train
   train(learners, sampler, o, out);
   if (!is_root()) return nullptr;
   const fs::path path = checkpoint_file(checkpoint, out);
-  platipus::io::save(path, learners, {{"options", settings}, {"run_id", run_id()}});
+  const nlohmann::json options = with_learners(settings, learners);
+  platipus::io::save(path, learners, {{"options", options}, {"run_id", run_id()}});
   fmt::print(stderr, "saved {}\n", path.string());
-  return {{"file", path.string()}, {"run_id", run_id()}, {"options", settings}};
+  return {{"file", path.string()}, {"run_id", run_id()}, {"options", options}};
 }
 
 // Loads a set of learners from the checkpoint train_and_save wrote. Returns

@@ -82,7 +82,6 @@ struct FewShotOptions : TrainingOptions {
     j["eval_queries"] = eval_queries;
     j["filters"] = filters;
     j["strided"] = strided;
-    j["learners"] = split_list(learners);
     return j;
   }
 };
@@ -253,8 +252,9 @@ inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, ch
     if (!is_root()) return 0;  // the other ranks of a distributed run only train
     const auto results =
         evaluate_episodes(learners, test, eval_tasks, samples, p.evaluation_chunk, o.seed);
-    write_json(dir / "results.json",
-               {{"results", results}, {"options", o.json()}, {"checkpoint", trained}});
+    write_json(dir / "results.json", {{"results", results},
+                                      {"options", with_learners(o.json(), learners)},
+                                      {"checkpoint", trained}});
     fmt::print(
         "{}-way {}-shot {}, {} {} episodes of {} queries per class ({} inner steps; mean +- 95% "
         "interval)\n",

@@ -148,8 +148,9 @@ int main(int argc, char** argv) {
     const auto [learners, trained] = prepare(options, eval_only, checkpoint, dir);
     if (!is_root()) return 0;  // the other ranks of a distributed run only train
     const auto results = evaluate(learners, eval_tasks, samples, options.seed);
-    write_json(dir / "results.json",
-               {{"results", results}, {"options", options.json()}, {"checkpoint", trained}});
+    write_json(dir / "results.json", {{"results", results},
+                                      {"options", with_learners(options.json(), learners)},
+                                      {"checkpoint", trained}});
     write_json(dir / "figure3.json", figure3(learners, samples, options.seed));
     fmt::print(
         "{} held-out tasks, 5 support and 100 query points (mean +- 95% interval; {} samples)\n",

@@ -30,6 +30,7 @@
 #include "derivative_checks.hpp"
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
+#include "platipus/io/settings_json.hpp"
 #include "platipus/platipus.hpp"
 #include "temporary_directory.hpp"
 
@@ -1329,6 +1330,82 @@ TEST_CASE("a set of learners refuses bad names and asks for a learner by name an
   CHECK(set.erase("maml"));
   CHECK_FALSE(set.erase("maml"));
   CHECK(set.empty());
+}
+
+TEST_CASE("every settings struct goes to JSON and back, keeping the defaults of absent keys",
+          "[components][io][settings]") {
+  const PlatipusSettings platipus{.inner_loop = {.steps = 3, .evaluation_steps = 7},
+                                  .mean_steps = 2,
+                                  .kl_weight = 0.25,
+                                  .query_reduction = Reduction::mean,
+                                  .kl_anneal_steps = 100,
+                                  .prior_likelihood_weight = 0.5,
+                                  .posterior_data = PosteriorData::support_and_query,
+                                  .initial_prior_variance = 0.02,
+                                  .initial_posterior_variance = 0.03,
+                                  .initial_gamma_p = 0.04,
+                                  .initial_gamma_q = 0.05,
+                                  .meta_optimizer = {.learning_rate = 1e-2, .annealing_steps = 9},
+                                  .threads = 2,
+                                  .task_chunks = 3};
+  const nlohmann::json j = platipus;
+  CHECK(j["posterior_data"] == "support_and_query");
+  CHECK(j["query_reduction"] == "mean");
+  CHECK(j["inner_loop"]["learning_rate"] == 1e-3);  // PLATIPUS's own default
+  CHECK(j["meta_optimizer"]["annealing_steps"] == 9);
+  CHECK(nlohmann::json(j.get<PlatipusSettings>()) == j);
+  CHECK(nlohmann::json(PlatipusSettings{})["inner_loop"]["evaluation_steps"].is_null());
+
+  const MamlSettings maml{.inner_loop = {.steps = 1, .learning_rate = 0.5, .gradient_noise = 2},
+                          .first_order = true};
+  const MetaSgdSettings metasgd{.inner_loop = {.max_gradient_norm = 10}, .task_chunks = -1};
+  const AnilSettings anil{.head = {"layer4.weight", "layer4.bias"}, .first_order = true};
+  const ReptileSettings reptile{.inner_loop = {.steps = 8}, .threads = 4};
+  const MamlPlusPlusSettings mamlpp{.multi_step_loss_steps = 5, .first_order_steps = 6};
+  CHECK(nlohmann::json(nlohmann::json(maml).get<MamlSettings>()) == nlohmann::json(maml));
+  CHECK(nlohmann::json(nlohmann::json(metasgd).get<MetaSgdSettings>()) == nlohmann::json(metasgd));
+  CHECK(nlohmann::json(anil).get<AnilSettings>().head == anil.head);
+  CHECK(nlohmann::json(reptile).get<ReptileSettings>().threads == 4);
+  CHECK(nlohmann::json(nlohmann::json(mamlpp).get<MamlPlusPlusSettings>()) ==
+        nlohmann::json(mamlpp));
+  CHECK(nlohmann::json(maml).get<MamlSettings>().inner_loop.gradient_noise == 2);
+
+  // Absent keys keep the struct's defaults, nested ones too: PLATIPUS's
+  // inner rate stays 1e-3 and Meta-SGD keeps one step.
+  const auto partial =
+      nlohmann::json{{"kl_weight", 0.5}, {"inner_loop", {{"steps", 10}}}}.get<PlatipusSettings>();
+  CHECK(partial.kl_weight == 0.5);
+  CHECK(partial.inner_loop.steps == 10);
+  CHECK(partial.inner_loop.learning_rate == 1e-3);
+  CHECK(partial.initial_gamma_p == PlatipusSettings{}.initial_gamma_p);
+  CHECK(nlohmann::json{{"inner_loop", {{"learning_rate", 0.1}}}}
+            .get<MetaSgdSettings>()
+            .inner_loop.steps == 1);
+}
+
+TEST_CASE("reading settings from JSON refuses unknown keys and values of another type, naming them",
+          "[components][io][settings][errors]") {
+  auto refused = [](const nlohmann::json& j) {
+    try {
+      (void)j.get<PlatipusSettings>();
+    } catch (const error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(refused({{"kl_weigth", 1}}), Contains("unknown setting \"kl_weigth\""));
+  CHECK_THAT(refused({{"inner_loop", {{"steps", 1.5}}}}),
+             Contains("\"inner_loop\"") && Contains("\"steps\"") && Contains("integer"));
+  CHECK_THAT(refused({{"inner_loop", {{"stepz", 1}}}}), Contains("unknown setting \"stepz\""));
+  CHECK_THAT(refused({{"query_reduction", "avg"}}),
+             Contains("\"query_reduction\"") && Contains("none of mean, sum"));
+  CHECK_THAT(refused({{"kl_weight", "1.5"}}), Contains("\"kl_weight\"") && Contains("number"));
+  CHECK_THAT(refused({{"threads", 10000000000}}), Contains("\"threads\"") && Contains("range"));
+  CHECK_THAT(refused({{"threads", -1}}), Contains("accepted"));  // the learner refuses it
+  CHECK_THAT(refused(nlohmann::json::array()), Contains("expected an object"));
+  CHECK_THROWS_WITH(nlohmann::json({{"first_order", 1}}).get<MamlSettings>(),
+                    Contains("\"first_order\"") && Contains("true or false"));
+  CHECK_THROWS_WITH(nlohmann::json({{"head", {1, 2}}}).get<AnilSettings>(), Contains("\"head\""));
 }
 
 TEST_CASE("a truncated, corrupt or missing checkpoint fails naming the file",
