@@ -263,12 +263,11 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<platipus::AmbiguityScores>> scores;
     nlohmann::json figure;
     std::map<std::string, platipus::Generator> draws;
-    std::uint64_t platipus_models = stream::platipus_models;  // the k-th PLATIPUS's: 8 + k
-    for (const auto& name : rows.names())
-      draws.emplace(name,
-                    platipus::Generator(o.seed, name == "maml"         ? stream::maml_models
-                                                : name == "maml_noise" ? stream::maml_noise_models
-                                                                       : platipus_models++));
+    std::uint64_t platipus_rows = 0;  // before this row
+    for (const auto& name : rows.names()) {
+      draws.emplace(name, platipus::Generator(o.seed, stream::models(name, platipus_rows)));
+      if (name.starts_with("platipus")) ++platipus_rows;
+    }
     // Four tasks at once at 32 x 32; one at MiniImagenet's size, where 15
     // models adapting to one task's 10 faces already take gigabytes.
     const long chunk = o.size > 48 ? 1 : 4;

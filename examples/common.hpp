@@ -64,6 +64,13 @@ inline constexpr std::uint64_t maml_models = 6, maml_noise_models = 7, platipus_
 inline constexpr std::uint64_t celeba_figure = 9;
 inline constexpr std::uint64_t memory_probe = 99;  // check_task_memory's trial task
 
+// The models that the learner `name` samples on held-out tasks: MAML's,
+// MAML + noise's, or the k-th PLATIPUS's of a run.
+inline std::uint64_t models(std::string_view name, std::uint64_t k = 0) {
+  if (name == "maml") return maml_models;
+  return name == "maml_noise" ? maml_noise_models : platipus_models + k;
+}
+
 // The training tasks of the paper's learner `name` (MAML, MAML + noise,
 // PLATIPUS; CelebA's "platipus_kl0.15" is a PLATIPUS).
 inline std::uint64_t training_tasks(std::string_view name) {

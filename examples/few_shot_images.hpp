@@ -127,10 +127,8 @@ nlohmann::json evaluate_episodes(const Learners<Loss>& learners, const Sampler& 
   // chose, so runs of one learner each can be compared episode by episode.
   platipus::Generator gen(seed, stream::held_out_tasks);
   std::map<std::string, platipus::Generator> draws;
-  for (const auto& [name, models] : {std::pair{"maml", stream::maml_models},
-                                     {"maml_noise", stream::maml_noise_models},
-                                     {"platipus", stream::platipus_models}})
-    draws.emplace(name, platipus::Generator(seed, models));
+  for (const char* name : {"maml", "maml_noise", "platipus"})
+    draws.emplace(name, platipus::Generator(seed, stream::models(name)));
   Progress progress("evaluating", episodes);
   for (long done = 0; done < episodes; done += chunk) {
     const auto batch = sampler.sample(std::min(chunk, episodes - done), gen);
