@@ -133,10 +133,15 @@ void fields(S& s, V&& visit) {
   driver_fields(s, visit);
 }
 
-// Whether S lists its fields.
+// Whether S lists its fields (a named visitor: Clang 14 takes a lambda in a
+// requires-expression as always valid).
+struct IgnoreField {
+  template <class F>
+  void operator()(const char*, F&) const {}
+};
 template <class S>
-concept SettingsStruct = requires(S& s) {
-  fields(s, [](const char*, auto&) {});
+concept SettingsStruct = requires(S& s, IgnoreField visit) {
+  fields(s, visit);
 };
 
 template <class T>
@@ -220,7 +225,8 @@ struct adl_serializer<S> {
   }
   static void from_json(const json& j, S& s) {
     platipus::check(j.is_object(), "settings", "expected an object of settings, got {}", j.dump());
-    for (const auto& [key, value] : j.items()) {
+    for (const auto& item : j.items()) {
+      const std::string& key = item.key();
       bool known = false;
       platipus::io::fields(s, [&](const char* name, auto&) { known = known || key == name; });
       platipus::check(known, "settings", "unknown setting \"{}\"", key);

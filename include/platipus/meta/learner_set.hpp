@@ -62,13 +62,13 @@ class LearnerSet {
   // learner as its own type.
   template <class F>
   void for_each(F&& f) {
-    for (auto& [name, learner] : learners_)
-      std::visit([&](auto& l) { f(std::as_const(name), l); }, learner);
+    for (auto& named : learners_)
+      std::visit([&](auto& l) { f(std::as_const(named.first), l); }, named.second);
   }
   template <class F>
   void for_each(F&& f) const {
-    for (const auto& [name, learner] : learners_)
-      std::visit([&](const auto& l) { f(name, l); }, learner);
+    for (const auto& named : learners_)
+      std::visit([&](const auto& l) { f(named.first, l); }, named.second);
   }
 
   std::vector<std::string> names() const {
