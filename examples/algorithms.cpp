@@ -75,40 +75,6 @@ Algorithms make_algorithms(const std::vector<std::string>& chosen, const Regress
   return set;
 }
 
-// Query MSE, NLL and 90% coverage on the held-out tasks (the same tasks for
-// every algorithm); PLATIPUS draws `samples` models per task, the others adapt one.
-template <class Learner>
-nlohmann::json score(const Learner& learner, const RegressionOptions& options, long eval_tasks,
-                     long samples) {
-  const Sampler held_out({.support = 5, .query = 100});
-  Generator gen(options.seed, stream::held_out_tasks);
-  std::vector<RegressionScores> scores;
-  for (long done = 0; done < eval_tasks; done += 100) {
-    const auto batch = held_out.sample(std::min(100L, eval_tasks - done), gen);
-    constexpr bool sampled = std::is_same_v<Learner, Platipus<Network, Loss, T, B>>;
-    const long models = sampled ? samples : 1;
-    Tensor<T, B> params;
-    if constexpr (sampled)
-      params = learner.sample(batch.support_x, batch.support_y, models, gen);
-    else
-      params = learner.adapt_to(batch.support_x, batch.support_y, gen);
-    const auto p = learner.predict(params, batch.query_x).to_vector();
-    const auto q = batch.query_y.to_vector();
-    const std::vector<double> predictions(p.begin(), p.end()), y(q.begin(), q.end());
-    const long n = batch.query_x.dim(1);
-    for (long t = 0; t < batch.tasks(); ++t)
-      scores.push_back(score_regression(
-          std::span(predictions)
-              .subspan(static_cast<std::size_t>(t * models * n),
-                       static_cast<std::size_t>(models * n)),
-          std::span(y).subspan(static_cast<std::size_t>(t * n), static_cast<std::size_t>(n)),
-          RegressionOptions::noise_std()));
-  }
-  return {{"mse", as_json(estimate_of(scores, &RegressionScores::mse))},
-          {"nll", as_json(estimate_of(scores, &RegressionScores::nll))},
-          {"coverage90", as_json(estimate_of(scores, &RegressionScores::coverage))}};
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,9 +130,11 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "saved {}\n", path.string());
       }
     }
-    algorithms.for_each([&](const std::string& name, const auto& learner) {
-      results[name].update(score(learner, options, eval_tasks, samples));
-    });
+    // The same held-out tasks for every algorithm; PLATIPUS draws `samples`
+    // models per task, the others adapt one.
+    for (const auto& [name, scores] :
+         regression_scores(algorithms, eval_tasks, samples, options.seed))
+      results[name].update(as_json(scores));
     nlohmann::json record{
         {"results", results}, {"options", record_of_options}, {"checkpoint", trained}};
     write_json(dir / "results.json", record);

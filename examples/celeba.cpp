@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
     if (!is_root()) return 0;
     // Every learner meets the same ambiguous tasks (one stream), drawing its
     // models from a stream of its own.
-    platipus::Generator tasks_gen(o.seed, stream::held_out_tasks);
+    platipus::Generator tasks_gen(o.seed, stream::held_out_episodes);
     std::map<std::string, std::vector<platipus::AmbiguityScores>> scores;
     nlohmann::json figure;
     std::map<std::string, platipus::Generator> draws;
@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
       const auto sets = test.sample(std::min(chunk, run.eval_tasks - done), tasks_gen);
       rows.for_each([&](const std::string& name, const auto& learner) {
         // MAML's S copies of one solution score as that one model does.
-        const bool one = name == "maml";
+        const bool one = !learner.adapts_randomly();
         const auto s = platipus::evaluate_ambiguity(
             learner, sets,
             {.assignment = one ? 1 : run.samples, .likelihood = one ? 1 : o.likelihood_samples},
@@ -292,9 +292,9 @@ int main(int argc, char** argv) {
                            {"samples", run.samples},
                            {"likelihood_samples", o.likelihood_samples}};
     for (const auto& [name, s] : scores)
-      results[name] = {{"accuracy", as_json(estimate_of(s, &platipus::AmbiguityScores::accuracy))},
-                       {"coverage", as_json(estimate_of(s, &platipus::AmbiguityScores::coverage))},
-                       {"nll", as_json(estimate_of(s, &platipus::AmbiguityScores::nll))}};
+      results[name] = {{"accuracy", as_json(estimate(s, &platipus::AmbiguityScores::accuracy))},
+                       {"coverage", as_json(estimate(s, &platipus::AmbiguityScores::coverage))},
+                       {"nll", as_json(estimate(s, &platipus::AmbiguityScores::nll))}};
     write_json(dir / "results.json", {{"results", results},
                                       {"options", with_learners(o.json(), rows)},
                                       {"checkpoint", checkpoint}});

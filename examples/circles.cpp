@@ -52,43 +52,20 @@ nn::Sequential paper_network() {
   return nn::mlp({.inputs = 2, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
 }
 
-double sigmoid(double z) {
-  return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z));
-}
-
 // Accuracy, NLL and expected calibration error of the predictive probability
-// (MAML + noise and PLATIPUS: the mean over samples), for each learner.
+// (MAML + noise and PLATIPUS: the mean over samples), for each learner, on
+// the same held-out tasks.
 nlohmann::json evaluate(const CircleLearners& learners, long tasks, long samples,
                         std::uint64_t seed) {
-  std::map<std::string, std::vector<ClassificationScores>> scores;
-  held_out(
-      learners, Sampler({.support = 1, .query = 100}), tasks, samples, seed,
-      [&](const auto& y, const auto& maml, const auto& maml_noise, const auto& platipus, long count,
-          long n) {
-        // The mean over `models` samples of the probability of class 1, per point.
-        auto probabilities = [&](const auto& logits, long t, long models) {
-          std::vector<double> p(static_cast<std::size_t>(n));
-          for (long s = 0; s < models; ++s)
-            for (long i = 0; i < n; ++i)
-              p[static_cast<std::size_t>(i)] +=
-                  sigmoid(logits[static_cast<std::size_t>((t * models + s) * n + i)]) /
-                  static_cast<double>(models);
-          return p;
-        };
-        for (long t = 0; t < count; ++t) {
-          const std::vector<double> labels(y.begin() + t * n, y.begin() + (t + 1) * n);
-          scores["maml"].push_back(score_binary_classification(probabilities(maml, t, 1), labels));
-          scores["maml_noise"].push_back(
-              score_binary_classification(probabilities(maml_noise, t, samples), labels));
-          scores["platipus"].push_back(
-              score_binary_classification(probabilities(platipus, t, samples), labels));
-        }
-      });
+  const Sampler held_out({.support = 1, .query = 100});
   nlohmann::json results{{"tasks", tasks}, {"query_points", 100}, {"samples", samples}};
-  for (const auto& [learner, s] : scores)
-    results[learner] = {{"accuracy", as_json(estimate_of(s, &ClassificationScores::accuracy))},
-                        {"nll", as_json(estimate_of(s, &ClassificationScores::nll))},
-                        {"ece", as_json(estimate_of(s, &ClassificationScores::ece))}};
+  const auto scores = score_learners<ClassificationScores>(
+      learners, seed, stream::held_out_tasks,
+      [&](const auto& learner, Generator& task_draws, Generator& model_draws) {
+        return held_out_classification(learner, held_out, {.tasks = tasks, .samples = samples},
+                                       task_draws, model_draws);
+      });
+  for (const auto& [learner, s] : scores) results[learner] = as_json(s);
   return results;
 }
 

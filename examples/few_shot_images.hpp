@@ -120,63 +120,25 @@ inline void report_cache(const std::string& what, const platipus::data::CacheRep
 template <class Loss, class Sampler>
 nlohmann::json evaluate_episodes(const Learners<Loss>& learners, const Sampler& sampler,
                                  long episodes, long samples, long chunk, std::uint64_t seed) {
-  const auto classes = static_cast<std::size_t>(sampler.settings().ways);
-  std::map<std::string, std::vector<platipus::ClassificationScores>> scores;
-  // The episodes from one stream, each learner's draws from a stream of its
+  // The episodes from one stream, each learner's models from a stream of its
   // own: every learner meets the same episodes whichever learners a run
   // chose, so runs of one learner each can be compared episode by episode.
-  platipus::Generator gen(seed, stream::held_out_tasks);
-  std::map<std::string, platipus::Generator> draws;
-  for (const char* name : {"maml", "maml_noise", "platipus"})
-    draws.emplace(name, platipus::Generator(seed, stream::models(name)));
-  Progress progress("evaluating", episodes);
-  for (long done = 0; done < episodes; done += chunk) {
-    const auto batch = sampler.sample(std::min(chunk, episodes - done), gen);
-    const auto labels = batch.query_y.to_vector();
-    const auto points = static_cast<std::size_t>(batch.query_x.dim(1));
-    learners.for_each([&](const std::string& name, const auto& learner) {
-      const bool sampled = name != "maml";
-      const long models = sampled ? samples : 1;
-      const std::int64_t tasks = batch.tasks(), size = learner.model().layout().size();
-      auto& own = draws.at(name);
-      const auto params = [&] {  // [tasks, models, P]
-        if constexpr (requires { learner.adapt_to(batch.support_x, batch.support_y, own); })
-          if (!sampled)
-            return learner.adapt_to(batch.support_x, batch.support_y, own)
-                .reshaped(platipus::Shape{tasks, 1, size});
-        return learner.sample(batch.support_x, batch.support_y, models, own);
-      }();
-      // One model of each task at a time: predict holds every activation of
-      // its inputs, about 2 GB for 75 MiniImagenet queries, so all samples at
-      // once would take 22 GB.
-      std::vector<std::vector<double>> probabilities(static_cast<std::size_t>(tasks),
-                                                     std::vector<double>(points * classes));
-      for (long m = 0; m < models; ++m) {
-        const auto logits =
-            learner
-                .predict(
-                    platipus::raw::slice(params, 1, m, 1).reshaped(platipus::Shape{tasks, size}),
-                    batch.query_x)
-                .to_vector();
-        for (std::size_t t = 0; t < probabilities.size(); ++t)
-          platipus::add_softmax(
-              std::span<const float>(logits).subspan(t * points * classes, points * classes),
-              classes, 1.0 / static_cast<double>(models), std::span(probabilities[t]));
-      }
-      for (std::size_t t = 0; t < probabilities.size(); ++t) {
-        const std::vector<double> y(labels.begin() + static_cast<std::ptrdiff_t>(t * points),
-                                    labels.begin() + static_cast<std::ptrdiff_t>((t + 1) * points));
-        scores[name].push_back(platipus::score_classification(probabilities[t], y, classes));
-      }
-    });
-    progress.update(std::min(done + chunk, episodes), "episodes");
-  }
+  const auto scores = score_learners<platipus::ClassificationScores>(
+      learners, seed, stream::held_out_episodes,
+      [&](const auto& learner, platipus::Generator& task_draws, platipus::Generator& model_draws) {
+        Progress progress("evaluating", episodes);
+        return platipus::held_out_classification(learner, sampler,
+                                                 {.tasks = episodes,
+                                                  .samples = samples,
+                                                  .batch = chunk,
+                                                  .progress =
+                                                      [&](std::int64_t done) {
+                                                        progress.update(done, "episodes");
+                                                      }},
+                                                 task_draws, model_draws);
+      });
   nlohmann::json results{{"episodes", episodes}, {"samples", samples}};
-  for (const auto& [learner, s] : scores)
-    results[learner] = {
-        {"accuracy", as_json(estimate_of(s, &platipus::ClassificationScores::accuracy))},
-        {"nll", as_json(estimate_of(s, &platipus::ClassificationScores::nll))},
-        {"ece", as_json(estimate_of(s, &platipus::ClassificationScores::ece))}};
+  for (const auto& [learner, s] : scores) results[learner] = as_json(s);
   return results;
 }
 

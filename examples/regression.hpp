@@ -3,6 +3,8 @@
 // network, the task sampler and the paper's settings.
 #pragma once
 
+#include <map>
+
 #include "common.hpp"
 
 namespace examples {
@@ -60,6 +62,22 @@ struct RegressionOptions : TrainingOptions {
 inline platipus::nn::Sequential paper_network() {
   return platipus::nn::mlp(
       {.inputs = 1, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
+}
+
+// Each learner's scores of the same `tasks` held-out tasks (5 support and
+// 100 query points), with `samples` models per task of the learners whose
+// models are random.
+template <class Set>
+std::map<std::string, std::vector<platipus::RegressionScores>> regression_scores(
+    const Set& learners, long tasks, long samples, std::uint64_t seed) {
+  const Sampler held_out({.support = 5, .query = 100});
+  return score_learners<platipus::RegressionScores>(
+      learners, seed, stream::held_out_tasks,
+      [&](const auto& learner, platipus::Generator& task_draws, platipus::Generator& model_draws) {
+        return platipus::held_out_regression(
+            learner, held_out, {.tasks = tasks, .samples = samples}, RegressionOptions::noise_std(),
+            task_draws, model_draws);
+      });
 }
 
 inline Prepared<platipus::GaussianNllLoss> prepare(const RegressionOptions& o, bool eval_only,

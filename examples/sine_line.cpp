@@ -6,8 +6,6 @@
 //
 //   sine_line [--quick] [--out DIR] [--steps N] ...        train, evaluate, plot
 //   sine_line --eval-only --checkpoint DIR/checkpoint.safetensors  evaluate and plot only
-#include <map>
-
 #include <CLI/CLI.hpp>
 
 #include "regression.hpp"
@@ -31,44 +29,20 @@ std::vector<float> linspace(double low, double high, long n) {
 // learner (MAML: one model; MAML + noise and PLATIPUS: `samples` models).
 nlohmann::json evaluate(const RegressionLearners& learners, long tasks, long samples,
                         std::uint64_t seed) {
-  std::map<std::string, std::vector<RegressionScores>> scores;
-  std::vector<double> per_sample_mse;
-  const double noise = RegressionOptions::noise_std();
-  held_out(learners, Sampler({.support = 5, .query = 100}), tasks, samples, seed,
-           [&](const auto& y, const auto& maml, const auto& maml_noise, const auto& platipus,
-               long count, long n) {
-             auto rows = [&](const auto& predictions, long t, long models) {
-               return std::vector<double>(predictions.begin() + t * models * n,
-                                          predictions.begin() + (t + 1) * models * n);
-             };
-             for (long t = 0; t < count; ++t) {
-               const std::vector<double> target(y.begin() + t * n, y.begin() + (t + 1) * n);
-               scores["maml"].push_back(score_regression(rows(maml, t, 1), target, noise));
-               scores["maml_noise"].push_back(
-                   score_regression(rows(maml_noise, t, samples), target, noise));
-               const auto sampled = rows(platipus, t, samples);
-               scores["platipus"].push_back(score_regression(sampled, target, noise));
-               double mse = 0;
-               for (std::size_t k = 0; k < sampled.size(); ++k)
-                 mse += std::pow(sampled[k] - target[k % static_cast<std::size_t>(n)], 2) /
-                        static_cast<double>(sampled.size());
-               per_sample_mse.push_back(mse);
-             }
-           });
+  const auto scores = regression_scores(learners, tasks, samples, seed);
   nlohmann::json results{{"tasks", tasks},
                          {"query_points", 100},
                          {"support_points", 5},
                          {"samples", samples},
-                         {"noise_std", noise}};
-  for (const auto& [learner, s] : scores)
-    results[learner] = {{"mse", as_json(estimate_of(s, &RegressionScores::mse))},
-                        {"nll", as_json(estimate_of(s, &RegressionScores::nll))},
-                        {"coverage90", as_json(estimate_of(s, &RegressionScores::coverage))}};
-  results["platipus"]["mse_per_sample"] = as_json(estimate(per_sample_mse));
+                         {"noise_std", RegressionOptions::noise_std()}};
+  for (const auto& [learner, s] : scores) results[learner] = as_json(s);
+  const auto& platipus = scores.at("platipus");
+  results["platipus"]["mse_per_sample"] =
+      as_json(estimate(platipus, &RegressionScores::mse_per_sample));
   // PLATIPUS's MSE minus MAML's, paired by task (negative: PLATIPUS is better).
   std::vector<double> difference;
-  for (std::size_t t = 0; t < scores["maml"].size(); ++t)
-    difference.push_back(scores["platipus"][t].mse - scores["maml"][t].mse);
+  for (std::size_t t = 0; t < platipus.size(); ++t)
+    difference.push_back(platipus[t].mse - scores.at("maml")[t].mse);
   results["platipus_minus_maml_mse"] = as_json(estimate(difference));
   return results;
 }

@@ -1894,6 +1894,34 @@ TEST_CASE("add_softmax: weighted softmax rows by hand, stable for large logits",
                     Contains("4 logits of 2 classes do not match 3 outputs"));
 }
 
+TEST_CASE("add_binary: weighted rows (1 - p, p) of the sigmoid, both tails to the last digit",
+          "[components][uncertainty]") {
+  // Logits 0, log 3 and -40: p = 1/2, 3/4 and e^-40 / (1 + e^-40); 1 - p of
+  // a logit of 40 is e^-40, which 1 - sigmoid(40) would round to 0.
+  const std::vector<float> logits{0, static_cast<float>(std::log(3.0)), 40};
+  std::vector<double> into(6);
+  into[0] = 1;
+  add_binary(std::span<const float>(logits), 0.5, std::span(into));
+  CHECK(into[0] == Approx(1 + 0.25));
+  CHECK(into[1] == Approx(0.25));
+  CHECK(into[2] == Approx(0.125));
+  CHECK(into[3] == Approx(0.375));
+  CHECK(into[4] == Approx(0.5 * std::exp(-40.0)));
+  CHECK(into[5] == Approx(0.5));
+  std::vector<double> five(5);
+  CHECK_THROWS_WITH(add_binary(std::span<const float>(logits), 1.0, std::span(five)),
+                    Contains("3 logits do not match 5 outputs"));
+}
+
+TEST_CASE("score_regression's per-sample MSE averages each model's own error",
+          "[components][uncertainty]") {
+  // Models -3 and 3 at targets 0 and 3: errors 9, 36 (model 0) and 9, 0 (model 1).
+  const std::vector<double> predictions{-3, -3, 3, 3}, target{0, 3};
+  const auto s = score_regression(predictions, target, 1.0);
+  CHECK(s.mse_per_sample == Approx((9 + 36 + 9 + 0) / 4.0));
+  CHECK(s.mse == Approx((0 + 9) / 2.0));
+}
+
 TEST_CASE("the scores refuse input that makes no sense, naming it", "[components][uncertainty]") {
   const std::vector<double> three{1, 2, 3}, two{1, 2};
   CHECK_THROWS_WITH(score_regression(three, two, 1.0), Contains("score_regression"));

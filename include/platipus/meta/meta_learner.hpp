@@ -270,6 +270,21 @@ class MetaLearner : public O::Names {
     }
   }
 
+  // Whether two models sampled for one task differ: an objective with its
+  // own sampler (PLATIPUS's posterior, Algorithm 2) or an inner loop with
+  // gradient noise (MAML + noise). Otherwise sample's n models are equal
+  // and one scores as all of them do (meta/evaluation.hpp).
+  bool adapts_randomly() const {
+    if constexpr (requires(const Tensor<T, B>& x, Generator& gen) {
+                    objective_.sample(parts_, x, x, std::int64_t{1}, gen);
+                  })
+      return true;
+    else if constexpr (requires { settings().inner_loop.gradient_noise; })
+      return settings().inner_loop.gradient_noise > 0;
+    else
+      return false;
+  }
+
   // Parameters adapted to each task's support set, [tasks, P], for an
   // objective with one deterministic adaptation (MAML).
   Tensor<T, B> adapt_to(const Tensor<T, B>& support_x, const Tensor<T, B>& support_y,

@@ -6,6 +6,8 @@
 // likelihood's noise scale sigma the predictive distribution of y at x is the
 // mixture (1/S) sum_s N(f_s(x), sigma^2) (one Gaussian for S = 1, as for MAML).
 //   mse         (mean_s f_s(x) - y)^2, averaged over points
+//   mse_per_sample  (f_s(x) - y)^2, averaged over points and samples: the
+//               error of one sampled model (for S = 1 the mse)
 //   nll         -log (1/S) sum_s N(y; f_s(x), sigma^2), averaged over points
 //   coverage    share of points whose y lies in the mixture's central
 //               `interval` (by default 90%) predictive interval
@@ -31,7 +33,7 @@
 namespace platipus {
 
 struct RegressionScores {
-  double mse = 0, nll = 0, coverage = 0;
+  double mse = 0, nll = 0, coverage = 0, mse_per_sample = 0;
 };
 
 // samples [S, N] (row s: model s's predictions), targets [N].
@@ -89,6 +91,9 @@ inline RegressionScores score_regression(std::span<const double> samples,
     const bool inside = y >= quantile(i, tail) && y <= quantile(i, 1 - tail);
     scores.coverage += inside / static_cast<double>(n);
   }
+  for (std::size_t k = 0; k < samples.size(); ++k)
+    scores.mse_per_sample += (samples[k] - targets[k % n]) * (samples[k] - targets[k % n]) /
+                             static_cast<double>(samples.size());
   return scores;
 }
 
@@ -149,6 +154,23 @@ void add_softmax(std::span<const T> logits, std::size_t classes, double weight,
     for (const T logit : row) total += std::exp(logit - largest);
     for (std::size_t k = 0; k < classes; ++k)
       into[r + k] += weight * std::exp(row[k] - largest) / total;
+  }
+}
+
+// Adds `weight` times the rows (1 - p, p) of each logit's sigmoid p =
+// 1 / (1 + exp(-logit)) into `into` [N, 2]: add_softmax for a binary
+// classifier with one logit. Both columns from the sigmoid of their own sign,
+// so that neither loses its digits to 1 - p.
+template <class T>
+void add_binary(std::span<const T> logits, double weight, std::span<double> into) {
+  check(into.size() == 2 * logits.size(), "add_binary", "{} logits do not match {} outputs",
+        logits.size(), into.size());
+  const auto sigmoid = [](double z) {
+    return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z));
+  };
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    into[2 * i] += weight * sigmoid(-static_cast<double>(logits[i]));
+    into[2 * i + 1] += weight * sigmoid(static_cast<double>(logits[i]));
   }
 }
 
