@@ -10,8 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common.hpp"
 #include "platipus/platipus.hpp"
+#include "training.hpp"
 
 using namespace platipus;
 using namespace examples;

@@ -10,8 +10,8 @@
 #include <span>
 #include <sstream>
 
-#include "common.hpp"
 #include "platipus/images.hpp"
+#include "training.hpp"
 
 namespace examples {
 

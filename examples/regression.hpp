@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "common.hpp"
+#include "training.hpp"
 
 namespace examples {
 
