@@ -8,6 +8,7 @@
 //   algorithms [--algorithm maml,reptile,...] [--quick] [--out DIR] ...
 //   algorithms --eval-only --checkpoint DIR/checkpoint.safetensors
 #include <algorithm>
+#include <functional>
 
 #include <CLI/CLI.hpp>
 
@@ -23,25 +24,29 @@ using Loss = GaussianNllLoss;
 using T = float;
 using B = ExampleBackend;
 
-const std::vector<std::string> all_algorithms{"maml", "fomaml", "reptile", "metasgd",
-                                              "anil", "mamlpp", "platipus"};
-
 using Algorithms = LearnerSet<Maml<Network, Loss, T, B>, Reptile<Network, Loss, T, B>,
                               MetaSgd<Network, Loss, T, B>, Anil<Network, Loss, T, B>,
                               MamlPlusPlus<Network, Loss, T, B>, Platipus<Network, Loss, T, B>>;
 
-// The chosen algorithms' learners, in the order of all_algorithms, each
-// from the same initial weights, with the options' shared settings: the
-// inner loop, the meta optimiser, threads and chunks.
-Algorithms make_algorithms(const std::vector<std::string>& chosen, const RegressionOptions& o) {
-  const Network network = paper_network();
-  const Loss loss = RegressionOptions::loss();
+// Adds a learner of the paper's network and likelihood, initialised from init.
+using Builder = std::function<void(Algorithms&, const std::string&, Generator&)>;
+template <template <class, class, class, class> class Learner, class Settings>
+Builder build(const Settings& settings) {
+  return [settings](Algorithms& set, const std::string& name, Generator& init) {
+    set.add(name, Learner<Network, Loss, T, B>(paper_network(), RegressionOptions::loss(), settings,
+                                               init));
+  };
+}
+
+// Every algorithm by name, in the table's order, with the options' shared
+// settings: the inner loop, the meta optimiser, threads and chunks. A new
+// algorithm is one more row (and its learner type in Algorithms).
+std::vector<std::pair<std::string, Builder>> algorithm_table(const RegressionOptions& o) {
   const InnerLoop loop = o.maml().inner_loop;  // without MAML + noise's noise
-  const optim::AdamSettings adam = o.meta_optimizer();
   // Any learner's settings with the shared four filled in.
   auto shared = [&]<class Settings>(Settings s) {
     s.inner_loop = loop;
-    s.meta_optimizer = adam;
+    s.meta_optimizer = o.meta_optimizer();
     s.threads = o.threads;
     s.task_chunks = o.task_chunks;
     return s;
@@ -55,22 +60,29 @@ Algorithms make_algorithms(const std::vector<std::string>& chosen, const Regress
   auto mamlpp = shared(
       MamlPlusPlusSettings{.multi_step_loss_steps = steps / 10, .first_order_steps = steps / 3});
   mamlpp.meta_optimizer = o.meta_optimizer(steps);
+  return {{"maml", build<Maml>(o.maml())},
+          {"fomaml", build<Maml>(fomaml)},
+          {"reptile", build<Reptile>(shared(ReptileSettings{}))},
+          {"metasgd", build<MetaSgd>(shared(MetaSgdSettings{}))},
+          {"anil", build<Anil>(shared(AnilSettings{}))},
+          {"mamlpp", build<MamlPlusPlus>(mamlpp)},
+          {"platipus", build<Platipus>(o.platipus())}};
+}
+
+std::vector<std::string> algorithm_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, builder] : algorithm_table(RegressionOptions{})) names.push_back(name);
+  return names;
+}
+
+// The chosen algorithms' learners, in the table's order, each from the same
+// initial weights.
+Algorithms make_algorithms(const std::vector<std::string>& chosen, const RegressionOptions& o) {
   Algorithms set;
-  for (const auto& name : all_algorithms) {
+  for (const auto& [name, add] : algorithm_table(o)) {
     if (std::ranges::count(chosen, name) == 0) continue;
     Generator init(o.seed);
-    if (name == "maml") set.add(name, Maml<Network, Loss, T, B>(network, loss, o.maml(), init));
-    if (name == "fomaml") set.add(name, Maml<Network, Loss, T, B>(network, loss, fomaml, init));
-    if (name == "reptile")
-      set.add(name, Reptile<Network, Loss, T, B>(network, loss, shared(ReptileSettings{}), init));
-    if (name == "metasgd")
-      set.add(name, MetaSgd<Network, Loss, T, B>(network, loss, shared(MetaSgdSettings{}), init));
-    if (name == "anil")
-      set.add(name, Anil<Network, Loss, T, B>(network, loss, shared(AnilSettings{}), init));
-    if (name == "mamlpp")
-      set.add(name, MamlPlusPlus<Network, Loss, T, B>(network, loss, mamlpp, init));
-    if (name == "platipus")
-      set.add(name, Platipus<Network, Loss, T, B>(network, loss, o.platipus(), init));
+    add(set, name, init);
   }
   return set;
 }
@@ -83,6 +95,7 @@ int main(int argc, char** argv) {
       "Reptile, Meta-SGD, ANIL, MAML++ and PLATIPUS side by side"};
   RegressionOptions options;
   options.add_flags(app);
+  const std::vector<std::string> all_algorithms = algorithm_names();
   std::vector<std::string> chosen = all_algorithms;
   app.add_option("--algorithm", chosen, "the algorithms to run, comma-separated (default: all)")
       ->delimiter(',')
