@@ -5,12 +5,12 @@
 // small a step costs kernel launches, not arithmetic: fewer chunks mean
 // fewer launches, more chunks mean more threads launching at once. The
 // *_graph benchmarks replay the step recorded as one CUDA graph
-// (meta/graphed_step.hpp), the batch copied in each time.
+// (meta/driver/graphed_step.hpp), the batch copied in each time.
 #include <benchmark/benchmark.h>
 
 #include "conv_workloads.hpp"
 #include "platipus/backend/cuda/cuda.hpp"
-#include "platipus/meta/graphed_step.hpp"
+#include "platipus/meta/driver/graphed_step.hpp"
 #include "platipus/platipus.hpp"
 
 using namespace platipus;

@@ -6,7 +6,7 @@
 // the three two-attribute tasks of the pairs explain equally well. Each
 // learner samples --samples models per task (Algorithm 2; MAML + noise's
 // noisy adaptations; MAML's one solution) and each model goes to the
-// candidate where its likelihood is highest (meta/ambiguity.hpp):
+// candidate where its likelihood is highest (meta/scores/ambiguity.hpp):
 // coverage, accuracy and the NLL of --likelihood-samples models, with 95%
 // intervals over --eval-tasks tasks. Writes results.json, table1.md and
 // figure.json (the paper's Figure 8: a task, its candidates and the labels

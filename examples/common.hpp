@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "platipus/core/file.hpp"
-#include "platipus/meta/evaluation.hpp"
+#include "platipus/meta/scores/evaluation.hpp"
 #include "ranks.hpp"
 #include "streams.hpp"
 

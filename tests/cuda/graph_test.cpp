@@ -1,8 +1,8 @@
-// Recorded meta-steps (meta/graphed_step.hpp): a replayed MAML step is the
+// Recorded meta-steps (meta/driver/graphed_step.hpp): a replayed MAML step is the
 // eager step, replays of PLATIPUS draw fresh noise and otherwise are the
 // eager step, and what cannot be recorded or replayed says why.
 #include "parity.hpp"
-#include "platipus/meta/graphed_step.hpp"
+#include "platipus/meta/driver/graphed_step.hpp"
 
 using namespace platipus;
 using Catch::Contains;

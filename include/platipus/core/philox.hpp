@@ -84,7 +84,7 @@ struct PhiloxDraw<double> {
   }
 };
 
-// The streams of a task-keyed fill (meta/task_noise.hpp): row r reads the
+// The streams of a task-keyed fill (meta/driver/task_noise.hpp): row r reads the
 // stream of task first + r, a hash of (the draw's key, the task's index), so
 // a task's numbers do not depend on which rows it shares a fill with.
 struct TaskStreams {

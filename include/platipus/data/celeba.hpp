@@ -41,7 +41,7 @@
 #include "platipus/data/dataset_files.hpp"
 #include "platipus/data/few_shot.hpp"
 #include "platipus/data/image_cache.hpp"
-#include "platipus/meta/ambiguity.hpp"
+#include "platipus/data/task_batch.hpp"
 
 namespace platipus::data {
 

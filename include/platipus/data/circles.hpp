@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "platipus/meta/concepts.hpp"
+#include "platipus/data/task_batch.hpp"
 
 namespace platipus::data {
 

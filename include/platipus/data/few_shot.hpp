@@ -11,7 +11,7 @@
 #include <numeric>
 
 #include "platipus/data/image_set.hpp"
-#include "platipus/meta/concepts.hpp"
+#include "platipus/data/task_batch.hpp"
 
 namespace platipus::data {
 

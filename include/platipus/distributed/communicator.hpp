@@ -7,7 +7,7 @@
 //
 // A meta-learner distributed over N ranks (MetaLearner::distribute) takes
 // the tasks of the meta-batch it is given in the slice rank_tasks(...) by
-// global task index (meta/task_parallel.hpp), sums its slice's
+// global task index (meta/driver/task_parallel.hpp), sums its slice's
 // meta-gradients, and all-reduces them before the optimiser's step, so every
 // rank takes the same step.
 #pragma once

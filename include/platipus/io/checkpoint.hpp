@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "platipus/io/safetensors.hpp"
-#include "platipus/meta/learner_set.hpp"
+#include "platipus/meta/driver/learner_set.hpp"
 #include "platipus/nn/parameters.hpp"
 
 namespace platipus::io {

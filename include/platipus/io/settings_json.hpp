@@ -23,12 +23,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "platipus/meta/anil.hpp"
-#include "platipus/meta/maml.hpp"
-#include "platipus/meta/maml_plus_plus.hpp"
-#include "platipus/meta/meta_sgd.hpp"
-#include "platipus/meta/platipus.hpp"
-#include "platipus/meta/reptile.hpp"
+#include "platipus/meta/algorithms/anil.hpp"
+#include "platipus/meta/algorithms/maml.hpp"
+#include "platipus/meta/algorithms/maml_plus_plus.hpp"
+#include "platipus/meta/algorithms/meta_sgd.hpp"
+#include "platipus/meta/algorithms/platipus.hpp"
+#include "platipus/meta/algorithms/reptile.hpp"
 #include "platipus/optim/optimizers.hpp"
 
 namespace platipus::io {

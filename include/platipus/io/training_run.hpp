@@ -1,5 +1,5 @@
 // A training run that leaves its traces on disk as it goes: meta_train
-// (meta/training.hpp) with every record appended to a metrics log (JSON lines
+// (meta/driver/training.hpp) with every record appended to a metrics log (JSON lines
 // and CSV, io/metrics.hpp) and the learner's checkpoint saved atomically at
 // the first record at or after every `checkpoint_every` steps and after the
 // last step. A run that stops early (a divergence, a kill) keeps its metrics
@@ -18,7 +18,7 @@
 
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
-#include "platipus/meta/training.hpp"
+#include "platipus/meta/driver/training.hpp"
 
 namespace platipus::io {
 

@@ -129,7 +129,7 @@ Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
 namespace platipus {
 
 // The losses as function objects, in the form the meta-learners take
-// (`loss(prediction, target, batch_dims)`; see meta/concepts.hpp).
+// (`loss(prediction, target, batch_dims)`; see meta/driver/concepts.hpp).
 struct MseLoss {
   Reduction reduction = Reduction::mean;
   template <class T, class B>

@@ -64,7 +64,7 @@ struct AdamSettings {
 // AdamStep), one fused in-place pass per parameter tensor: parameters keep
 // their buffers from step to step. The step number lives beside the moments
 // in backend memory and is advanced there, so a step never waits for the
-// device and a recorded step counts on when replayed (meta/graphed_step.hpp).
+// device and a recorded step counts on when replayed (meta/driver/graphed_step.hpp).
 template <class T, class B = cpu>
 class Adam {
  public:

@@ -16,7 +16,7 @@
 //   * nothing may wait for the device: a host read inside the recording
 //     fails with a platipus::error naming the CUDA call.
 // Host values (scalars, shapes, step sizes) are those of the recording. See
-// meta/graphed_step.hpp for a recorded meta-step.
+// meta/driver/graphed_step.hpp for a recorded meta-step.
 //
 // This header only declares, and g++ compiles it without CUDA; the
 // definitions are in the platipus::cuda library (src/cuda/graph.cpp).

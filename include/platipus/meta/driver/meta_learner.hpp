@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "platipus/distributed/communicator.hpp"
-#include "platipus/meta/predict.hpp"
-#include "platipus/meta/step_statistics.hpp"
-#include "platipus/meta/task_noise.hpp"
-#include "platipus/meta/task_parallel.hpp"
+#include "platipus/meta/driver/predict.hpp"
+#include "platipus/meta/driver/step_statistics.hpp"
+#include "platipus/meta/driver/task_noise.hpp"
+#include "platipus/meta/driver/task_parallel.hpp"
 #include "platipus/optim/optimizers.hpp"
 
 namespace platipus {
@@ -205,7 +205,7 @@ class MetaLearner : public O::Names {
   // The same update with its statistics left on the backend, a [3] tensor
   // for MetaStepResult::read. With one thread (and a KL weight that no
   // longer changes) nothing here waits for the device, so a CUDA graph can
-  // record it (meta/graphed_step.hpp); so the targets are not checked
+  // record it (meta/driver/graphed_step.hpp); so the targets are not checked
   // (check_batch), only the shapes.
   Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
     const StepSchedule schedule = objective_.schedule(steps_reader());
@@ -273,7 +273,7 @@ class MetaLearner : public O::Names {
   // Whether two models sampled for one task differ: an objective with its
   // own sampler (PLATIPUS's posterior, Algorithm 2) or an inner loop with
   // gradient noise (MAML + noise). Otherwise sample's n models are equal
-  // and one scores as all of them do (meta/evaluation.hpp).
+  // and one scores as all of them do (meta/scores/evaluation.hpp).
   bool adapts_randomly() const {
     if constexpr (requires(const Tensor<T, B>& x, Generator& gen) {
                     objective_.sample(parts_, x, x, std::int64_t{1}, gen);
@@ -300,7 +300,7 @@ class MetaLearner : public O::Names {
   }
   { return objective_.evaluate(parts_, batch, gen); }
 
-  // Predictions of parameters [P], [T, P] or [T, S, P] on x (meta/predict.hpp).
+  // Predictions of parameters [P], [T, P] or [T, S, P] on x (meta/driver/predict.hpp).
   Tensor<T, B> predict(const Tensor<T, B>& params, const Tensor<T, B>& x) const {
     return platipus::predict(objective_.model(), params, x);
   }

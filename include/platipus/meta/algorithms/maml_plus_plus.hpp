@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "platipus/meta/inner_loop.hpp"
-#include "platipus/meta/meta_learner.hpp"
+#include "platipus/meta/algorithms/inner_loop.hpp"
+#include "platipus/meta/driver/meta_learner.hpp"
 
 namespace platipus {
 

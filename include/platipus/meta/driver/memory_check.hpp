@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "platipus/core/memory.hpp"
-#include "platipus/meta/task_parallel.hpp"
+#include "platipus/meta/driver/task_parallel.hpp"
 
 namespace platipus {
 

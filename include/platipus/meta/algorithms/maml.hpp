@@ -18,8 +18,8 @@
 #include <string_view>
 #include <utility>
 
-#include "platipus/meta/inner_loop.hpp"
-#include "platipus/meta/meta_learner.hpp"
+#include "platipus/meta/algorithms/inner_loop.hpp"
+#include "platipus/meta/driver/meta_learner.hpp"
 
 namespace platipus {
 
@@ -29,7 +29,7 @@ struct MamlSettings {
   bool first_order = false;  // drop the second-order terms (FOMAML)
   optim::AdamSettings meta_optimizer{};
   int threads = 0;  // threads over the tasks of a meta-batch; 0: B::default_threads()
-  // Chunks a meta-batch is cut into (meta/task_parallel.hpp, chunks_of): 0,
+  // Chunks a meta-batch is cut into (meta/driver/task_parallel.hpp, chunks_of): 0,
   // the backend's cut (CPU: one per task); N > 0, N chunks; both give the same
   // bits on any number of threads. one_chunk_per_thread (-1) is sometimes
   // faster and agrees across thread counts only to rounding.
@@ -54,7 +54,7 @@ ChunkTerms<T, B> adapted_query_terms(const M& model, const L& loss, const Adapte
   return {.objective = query, .query = query, .support = adapted.initial_loss, .kl = {}};
 }
 
-// MAML as an Objective of the meta-learner driver (meta/meta_learner.hpp).
+// MAML as an Objective of the meta-learner driver (meta/driver/meta_learner.hpp).
 template <class M, class L, class T = float, class B = cpu>
 requires Model<M, T, B> && Loss<L, T, B>
 class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> {

@@ -2,7 +2,7 @@
 // training tape.
 #pragma once
 
-#include "platipus/meta/concepts.hpp"
+#include "platipus/meta/driver/concepts.hpp"
 
 namespace platipus {
 

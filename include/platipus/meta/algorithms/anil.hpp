@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "platipus/meta/inner_loop.hpp"
-#include "platipus/meta/maml.hpp"
-#include "platipus/meta/meta_learner.hpp"
+#include "platipus/meta/algorithms/inner_loop.hpp"
+#include "platipus/meta/algorithms/maml.hpp"
+#include "platipus/meta/driver/meta_learner.hpp"
 
 namespace platipus {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "platipus/core/thread_pool.hpp"
-#include "platipus/meta/concepts.hpp"
+#include "platipus/meta/driver/concepts.hpp"
 
 namespace platipus {
 

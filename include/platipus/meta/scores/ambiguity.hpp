@@ -24,39 +24,11 @@
 #include <string>
 #include <vector>
 
-#include "platipus/meta/concepts.hpp"
-#include "platipus/meta/uncertainty.hpp"
+#include "platipus/meta/driver/concepts.hpp"
+#include "platipus/meta/scores/uncertainty.hpp"
 #include "platipus/tensor/layout.hpp"
 
 namespace platipus {
-
-// Ambiguous classification tasks: support x [tasks, points, ...] and labels
-// [tasks, points, 1]; for each candidate c, query x [tasks, points_c, ...]
-// and labels [tasks, points_c, 1]. `names[t]` says what task t is (for
-// figures and reports), `candidate_names[t][c]` what its candidate c is.
-template <class T, class B = cpu>
-struct AmbiguousTasks {
-  Tensor<T, B> support_x, support_y;
-  std::vector<Tensor<T, B>> candidate_x, candidate_y;
-  std::vector<std::string> names;
-  std::vector<std::vector<std::string>> candidate_names;
-
-  std::int64_t tasks() const { return support_x.dim(0); }
-  std::int64_t candidates() const { return static_cast<std::int64_t>(candidate_x.size()); }
-
-  // Throws naming the mismatch when the tensors do not form such tasks.
-  void validate(std::string_view who) const {
-    check(!candidate_x.empty() && candidate_y.size() == candidate_x.size(), who,
-          "{} candidate inputs and {} candidate label sets", candidate_x.size(),
-          candidate_y.size());
-    const auto view = [](const Tensor<T, B>& t) {
-      return Tensor<T, B>::view(t, t.shape());
-    };
-    for (std::size_t c = 0; c < candidate_x.size(); ++c)
-      TaskBatch<T, B>{view(support_x), view(support_y), view(candidate_x[c]), view(candidate_y[c])}
-          .validate(who);
-  }
-};
 
 struct AmbiguityScores {
   double coverage = 0, accuracy = 0, nll = 0;

@@ -1,44 +1,15 @@
 // What the meta-learners require of their parts, written once as concepts
-// (in the manner of dlib's layers_abstract.h): a Model, a Loss and a
-// TaskSampler, and the TaskBatch that flows between them.
+// (in the manner of dlib's layers_abstract.h): a Model and a Loss, and
+// which task samplers (data/task_batch.hpp) a learner takes.
 #pragma once
 
 #include <concepts>
 
 #include "platipus/autodiff.hpp"
+#include "platipus/data/task_batch.hpp"
 #include "platipus/nn/parameters.hpp"
 
 namespace platipus {
-
-// A batch of tasks, each with a support set D_train = (support_x, support_y)
-// and a query set D_test = (query_x, query_y), with a leading task axis:
-// x is [tasks, points, features] or, for images, [tasks, points, C, H, W];
-// y is [tasks, points, outputs].
-template <class T, class B = cpu>
-struct TaskBatch {
-  Tensor<T, B> support_x, support_y, query_x, query_y;
-
-  std::int64_t tasks() const { return support_x.dim(0); }
-
-  // Throws naming the mismatch when the four tensors do not form a batch.
-  void validate(std::string_view who) const {
-    check(!support_x.empty() && (support_x.rank() == 3 || support_x.rank() == 5) &&
-              support_x.dim(1) > 0,
-          who,
-          "the support set is empty or not [tasks, points, features] or [tasks, points, C, H, "
-          "W] (got {})",
-          support_x.shape());
-    check(support_y.rank() == 3 && support_y.dim(0) == support_x.dim(0) &&
-              support_y.dim(1) == support_x.dim(1),
-          who, "support x {} and y {} do not match", support_x.shape(), support_y.shape());
-    check(query_x.rank() == support_x.rank() && query_x.dim(0) == support_x.dim(0) &&
-              query_x.shape().drop_front(2) == support_x.shape().drop_front(2),
-          who, "query x {} does not match support x {}", query_x.shape(), support_x.shape());
-    check(
-        query_y.rank() == 3 && query_y.dim(0) == query_x.dim(0) && query_y.dim(1) == query_x.dim(1),
-        who, "query x {} and y {} do not match", query_x.shape(), query_y.shape());
-  }
-};
 
 // A model is a description plus a flat parameter vector:
 //   layout()                 the named pieces of the vector (nn::ParamLayout);
@@ -89,13 +60,6 @@ void check_batch(const L& loss, const M& model, const TaskBatch<T, B>& batch,
   check_targets(loss, model, batch.support_y, who);
   check_targets(loss, model, batch.query_y, who);
 }
-
-// A task sampler draws meta-batches:
-//   sample(tasks, gen) -> a TaskBatch of that many tasks, reproducible from gen.
-template <class S, class T, class B>
-concept TaskSampler = requires(S& sampler, std::int64_t tasks, Generator& gen) {
-  { sampler.sample(tasks, gen) } -> std::same_as<TaskBatch<T, B>>;
-};
 
 // A sampler whose batches a learner (of scalar L::T on backend L::B) takes,
 // used const as meta_train and held_out_losses use it.

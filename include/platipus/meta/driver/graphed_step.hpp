@@ -33,8 +33,8 @@
 
 #include "platipus/backend/cuda/cuda.hpp"
 #include "platipus/backend/cuda/graph.hpp"
-#include "platipus/meta/concepts.hpp"
-#include "platipus/meta/step_statistics.hpp"
+#include "platipus/meta/driver/concepts.hpp"
+#include "platipus/meta/driver/step_statistics.hpp"
 
 namespace platipus {
 

@@ -17,8 +17,8 @@
 #include <functional>
 #include <string>
 
-#include "platipus/meta/concepts.hpp"
-#include "platipus/meta/step_statistics.hpp"
+#include "platipus/meta/driver/concepts.hpp"
+#include "platipus/meta/driver/step_statistics.hpp"
 
 namespace platipus {
 

@@ -20,8 +20,8 @@
 
 #include <fmt/format.h>
 
-#include "platipus/meta/concepts.hpp"
-#include "platipus/meta/uncertainty.hpp"
+#include "platipus/meta/driver/concepts.hpp"
+#include "platipus/meta/scores/uncertainty.hpp"
 #include "platipus/tensor/layout.hpp"
 
 namespace platipus {

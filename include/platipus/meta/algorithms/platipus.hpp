@@ -24,7 +24,7 @@
 // zero within a few hundred steps; coordinates with a negative gamma ascend,
 // and on high-loss tasks the step threw mu_q to where the inner loop diverged
 // (docs/results.md, "Why PLATIPUS diverged"). eps is drawn per task
-// (meta/task_noise.hpp), so a meta-step's numbers do not depend on threads.
+// (meta/driver/task_noise.hpp), so a meta-step's numbers do not depend on threads.
 #pragma once
 
 #include <algorithm>
@@ -36,9 +36,9 @@
 #include <utility>
 #include <vector>
 
-#include "platipus/meta/inner_loop.hpp"
-#include "platipus/meta/kl_divergence.hpp"
-#include "platipus/meta/meta_learner.hpp"
+#include "platipus/meta/algorithms/inner_loop.hpp"
+#include "platipus/meta/algorithms/kl_divergence.hpp"
+#include "platipus/meta/driver/meta_learner.hpp"
 #include "platipus/nn/losses.hpp"
 
 namespace platipus {
@@ -79,7 +79,7 @@ struct PlatipusSettings {
   double initial_gamma_p = 0.01, initial_gamma_q = 0.01;
   optim::AdamSettings meta_optimizer{};
   int threads = 0;  // threads over the tasks of a meta-batch; 0: B::default_threads()
-  // Chunks a meta-batch is cut into (meta/task_parallel.hpp, chunks_of): 0,
+  // Chunks a meta-batch is cut into (meta/driver/task_parallel.hpp, chunks_of): 0,
   // the backend's cut (CPU: one per task); N > 0, N chunks; both give the same
   // bits on any number of threads. one_chunk_per_thread (-1) is sometimes
   // faster and agrees across thread counts only to rounding.
@@ -93,7 +93,7 @@ struct PlatipusNames {
       "mu_theta", "log_sigma2_theta", "log_v_q", "log_gamma_p", "log_gamma_q"};
 };
 
-// PLATIPUS as an Objective of the meta-learner driver (meta/meta_learner.hpp).
+// PLATIPUS as an Objective of the meta-learner driver (meta/driver/meta_learner.hpp).
 template <class M, class L, class T = float, class B = cpu>
 requires Model<M, T, B> && Loss<L, T, B>
 class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, PlatipusNames> {

@@ -11,8 +11,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "platipus/meta/concepts.hpp"
-#include "platipus/meta/task_noise.hpp"
+#include "platipus/meta/driver/concepts.hpp"
+#include "platipus/meta/driver/task_noise.hpp"
 
 namespace platipus {
 

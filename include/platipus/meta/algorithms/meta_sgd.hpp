@@ -20,8 +20,8 @@
 #include <string_view>
 #include <utility>
 
-#include "platipus/meta/inner_loop.hpp"
-#include "platipus/meta/meta_learner.hpp"
+#include "platipus/meta/algorithms/inner_loop.hpp"
+#include "platipus/meta/driver/meta_learner.hpp"
 
 namespace platipus {
 
