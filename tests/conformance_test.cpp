@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "derivative_checks.hpp"
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/platipus.hpp"
 #include "temporary_directory.hpp"
@@ -255,26 +256,8 @@ TEMPLATE_LIST_TEST_CASE("every exact objective's meta-gradient matches central d
     const Generator noise(8);
     Generator gen = noise;
     const auto gradients = part_gradients(learner, batch, gen);
-    Generator pick(9);
-    for (int p = 0; p < Learner::part_count; ++p) {
-      const auto part = static_cast<typename Learner::Part>(p);
-      for (int k = 0; k < 3; ++k) {
-        const auto i = static_cast<std::size_t>(pick.index(learner.part(part).numel()));
-        auto values = learner.part(part).to_vector();
-        const double h = 1e-6, original = values[i];
-        auto at = [&](double value) {
-          values[i] = value;
-          learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
-          return meta_loss(learner, batch, noise);
-        };
-        const double numeric = (at(original + h) - at(original - h)) / (2 * h);
-        at(original);
-        const double analytic = gradients[static_cast<std::size_t>(p)].to_vector()[i];
-        INFO(Learner::part_names[static_cast<std::size_t>(p)]
-             << "[" << i << "]: analytic " << analytic << ", numeric " << numeric);
-        CHECK(analytic == Approx(numeric).epsilon(1e-5).margin(1e-8));
-      }
-    }
+    testing::check_part_gradients(
+        learner, gradients, [&] { return meta_loss(learner, batch, noise); }, 1e-5, 9, 3);
   }
 }
 

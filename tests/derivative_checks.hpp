@@ -1,8 +1,11 @@
 // The test files' check of a function's derivatives: first order and second
 // (through a vector-Jacobian product) against central finite differences, in
-// double (autodiff/gradcheck.hpp), each failure with gradcheck's message.
+// double (autodiff/gradcheck.hpp), each failure with gradcheck's message;
+// and a meta-learner's gradient of each part against central differences.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "catch.hpp"
@@ -18,6 +21,35 @@ inline void check_derivatives(const DoubleFunction<>& f,
   const auto second = gradgradcheck(f, inputs);
   INFO("second order: " << second.message);
   CHECK(second);
+}
+
+// Each part's gradient against central differences (step 1e-6) of
+// objective() at `points` coordinates per part picked by `seed`, within
+// `relative` (and an absolute 1e-8). Leaves every part as it was.
+template <class Learner, class Objective>
+void check_part_gradients(Learner& learner, const std::vector<Tensor<double>>& gradients,
+                          Objective&& objective, double relative, std::uint64_t seed,
+                          int points = 4) {
+  Generator pick(seed);
+  for (int p = 0; p < Learner::part_count; ++p) {
+    const auto part = static_cast<typename Learner::Part>(p);
+    for (int k = 0; k < points; ++k) {
+      const auto i = static_cast<std::size_t>(pick.index(learner.part(part).numel()));
+      auto values = learner.part(part).to_vector();
+      const double h = 1e-6, original = values[i];
+      auto at = [&](double value) {
+        values[i] = value;
+        learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
+        return objective();
+      };
+      const double numeric = (at(original + h) - at(original - h)) / (2 * h);
+      at(original);
+      const double analytic = gradients[static_cast<std::size_t>(p)].to_vector()[i];
+      INFO(Learner::part_names[static_cast<std::size_t>(p)] << "[" << i << "]: analytic "
+                                                            << analytic << ", numeric " << numeric);
+      CHECK(analytic == Approx(numeric).epsilon(relative).margin(1e-8));
+    }
+  }
 }
 
 }  // namespace platipus::testing

@@ -2,6 +2,7 @@
 // meta-gradient is second order, and PLATIPUS's samples carry uncertainty
 // that shrinks with data.
 #include "catch.hpp"
+#include "derivative_checks.hpp"
 #include "resident_memory.hpp"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
+using platipus::testing::check_part_gradients;
 
 namespace {
 
@@ -61,8 +63,6 @@ std::vector<double> directional_errors(Learner& learner, const TaskBatch<double>
   return worst;
 }
 
-// Each part's gradient against central differences (step 1e-6) of
-// objective() at four coordinates per part picked by `seed`.
 // PLATIPUS's objective with KL weight beta (query loss + beta KL, plus the
 // prior's query loss when weighted), the mean over the batch's tasks, at the
 // learner's current parts, with the same draw of the noise (from `noise`, as
@@ -81,31 +81,6 @@ auto objective_with_fixed_noise(const Learner& learner, const TaskBatch<double>&
                                                        task_noise, {.kl_weight = kl_weight});
     return terms.objective.value().to_vector()[0] / static_cast<double>(batch.tasks());
   };
-}
-
-template <class Learner, class Objective>
-void check_part_gradients(Learner& learner, const std::vector<Tensor<double>>& gradients,
-                          Objective&& objective, double relative, std::uint64_t seed) {
-  Generator pick(seed);
-  for (int p = 0; p < Learner::part_count; ++p) {
-    const auto part = static_cast<typename Learner::Part>(p);
-    for (int k = 0; k < 4; ++k) {
-      const auto i = static_cast<std::size_t>(pick.index(learner.part(part).numel()));
-      auto values = learner.part(part).to_vector();
-      const double h = 1e-6, original = values[i];
-      auto at = [&](double value) {
-        values[i] = value;
-        learner.set_part(part, Tensor<double>::from_host(learner.part(part).shape(), values));
-        return objective();
-      };
-      const double numeric = (at(original + h) - at(original - h)) / (2 * h);
-      at(original);
-      const double analytic = gradients[static_cast<std::size_t>(p)].to_vector()[i];
-      INFO(Learner::part_names[static_cast<std::size_t>(p)] << "[" << i << "]: analytic "
-                                                            << analytic << ", numeric " << numeric);
-      CHECK(analytic == Approx(numeric).epsilon(relative).margin(1e-8));
-    }
-  }
 }
 
 // Mean squared error of predictions [tasks, N, 1] against y.
