@@ -40,11 +40,12 @@ struct Common {
 // Common (and whatever exercises the objective: noise, a KL weight, MAML++
 // past its first-order phase) and whether its meta-gradient is the exact
 // derivative of its objective (first-order MAML and Reptile are not, by
-// design: docs/algorithms.md).
-struct MamlCase {
+// design: docs/algorithms.md). PlainCase: Common's settings alone.
+template <template <class, class, class, class> class L, bool Exact>
+struct PlainCase {
   template <class T>
-  using Learner = Maml<Network, MseLoss, T>;
-  static constexpr bool exact = true;
+  using Learner = L<Network, MseLoss, T, cpu>;
+  static constexpr bool exact = Exact;
   template <class T>
   static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
     return {network(hidden),
@@ -53,6 +54,10 @@ struct MamlCase {
             init};
   }
 };
+using MamlCase = PlainCase<Maml, true>;
+using MetaSgdCase = PlainCase<MetaSgd, true>;
+using AnilCase = PlainCase<Anil, true>;
+using ReptileCase = PlainCase<Reptile, false>;
 
 struct FirstOrderMamlCase {
   template <class T>
@@ -101,45 +106,6 @@ struct PlatipusCase {
              .initial_gamma_q = 0.05,
              .threads = c.threads,
              .task_chunks = c.chunks},
-            init};
-  }
-};
-
-struct MetaSgdCase {
-  template <class T>
-  using Learner = MetaSgd<Network, MseLoss, T>;
-  static constexpr bool exact = true;
-  template <class T>
-  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
-    return {network(hidden),
-            MseLoss{},
-            {.inner_loop = c.inner_loop, .threads = c.threads, .task_chunks = c.chunks},
-            init};
-  }
-};
-
-struct AnilCase {
-  template <class T>
-  using Learner = Anil<Network, MseLoss, T>;
-  static constexpr bool exact = true;
-  template <class T>
-  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
-    return {network(hidden),
-            MseLoss{},
-            {.inner_loop = c.inner_loop, .threads = c.threads, .task_chunks = c.chunks},
-            init};
-  }
-};
-
-struct ReptileCase {
-  template <class T>
-  using Learner = Reptile<Network, MseLoss, T>;
-  static constexpr bool exact = false;
-  template <class T>
-  static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
-    return {network(hidden),
-            MseLoss{},
-            {.inner_loop = c.inner_loop, .threads = c.threads, .task_chunks = c.chunks},
             init};
   }
 };
