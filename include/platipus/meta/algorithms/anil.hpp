@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "platipus/meta/algorithms/inner_loop.hpp"
-#include "platipus/meta/algorithms/maml.hpp"
+#include "platipus/meta/algorithms/query_terms.hpp"
 #include "platipus/meta/driver/meta_learner.hpp"
 
 namespace platipus {

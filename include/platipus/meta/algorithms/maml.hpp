@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "platipus/meta/algorithms/inner_loop.hpp"
+#include "platipus/meta/algorithms/query_terms.hpp"
 #include "platipus/meta/driver/meta_learner.hpp"
 
 namespace platipus {
@@ -35,24 +36,6 @@ struct MamlSettings {
   // faster and agrees across thread counts only to rounding.
   int task_chunks = 0;
 };
-
-// MAML's one meta-parameter, theta (the checkpoint's name).
-struct MamlNames {
-  enum Part : int { theta = 0, part_count };
-  static constexpr std::array<std::string_view, part_count> part_names{"theta"};
-};
-
-// The terms of an objective that is the chunk's summed query loss at the
-// adapted parameters (MAML and its kin), with the support loss before
-// adaptation as a statistic.
-template <class M, class L, class T, class B>
-ChunkTerms<T, B> adapted_query_terms(const M& model, const L& loss, const Adapted<T, B>& adapted,
-                                     const TaskBatch<T, B>& chunk) {
-  Tape<T, B>& tape = adapted.params.front().tape();
-  const auto query = task_loss(model, loss, adapted.params, tape.constant(chunk.query_x),
-                               tape.constant(chunk.query_y));
-  return {.objective = query, .query = query, .support = adapted.initial_loss, .kl = {}};
-}
 
 // MAML as an Objective of the meta-learner driver (meta/driver/meta_learner.hpp).
 template <class M, class L, class T = float, class B = cpu>

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "platipus/meta/algorithms/inner_loop.hpp"
+#include "platipus/meta/algorithms/query_terms.hpp"
 #include "platipus/meta/driver/meta_learner.hpp"
 
 namespace platipus {

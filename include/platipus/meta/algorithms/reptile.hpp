@@ -22,7 +22,7 @@
 #include <utility>
 
 #include "platipus/meta/algorithms/inner_loop.hpp"
-#include "platipus/meta/algorithms/maml.hpp"
+#include "platipus/meta/algorithms/query_terms.hpp"
 #include "platipus/meta/driver/meta_learner.hpp"
 
 namespace platipus {
