@@ -31,8 +31,7 @@ inline nn::Sequential network(const Workload& w, bool batch_norm = true) {
 
 inline MamlSettings settings(int threads) {
   return {.inner_loop = {.steps = 5, .learning_rate = 0.01},
-          .threads = threads,
-          .task_chunks = one_chunk_per_thread};
+          .driver = {.threads = threads, .task_chunks = one_chunk_per_thread}};
 }
 
 // Standard normal images, labels 0..ways-1 in turn.

@@ -37,8 +37,8 @@ void cuda_maml_sinusoid(benchmark::State& state) {
       small_network(), MseLoss{},
       {.inner_loop = {.steps = 5, .learning_rate = 0.01},
        .first_order = state.range(0) == 1,
-       .threads = static_cast<int>(state.range(1)),
-       .task_chunks = one_chunk_per_thread},
+       .driver = {.threads = static_cast<int>(state.range(1)),
+                  .task_chunks = one_chunk_per_thread}},
       gen);
   const auto batch = sinusoid_batch(gen);
   for (auto _ : state) {
@@ -59,8 +59,8 @@ void cuda_platipus_sinusoid(benchmark::State& state) {
   Platipus<nn::Sequential, MseLoss, float, cuda> model(
       Network(), MseLoss{},
       {.inner_loop = {.steps = 5, .learning_rate = 0.01},
-       .threads = static_cast<int>(state.range(0)),
-       .task_chunks = one_chunk_per_thread},
+       .driver = {.threads = static_cast<int>(state.range(0)),
+                  .task_chunks = one_chunk_per_thread}},
       gen);
   const auto batch = sinusoid_batch(gen);
   for (auto _ : state) {
@@ -103,7 +103,7 @@ void cuda_maml_sinusoid_graph(benchmark::State& state) {
       small_network(), MseLoss{},
       {.inner_loop = {.steps = 5, .learning_rate = 0.01},
        .first_order = state.range(0) == 1,
-       .threads = 1},
+       .driver = {.threads = 1}},
       gen);
   replay(state, maml, sinusoid_batch(gen), gen);
   state.SetLabel(state.range(0) ? "first order" : "second order");
@@ -119,7 +119,8 @@ template <nn::Sequential (*Network)()>
 void cuda_platipus_sinusoid_graph(benchmark::State& state) {
   Generator gen(2);
   Platipus<nn::Sequential, MseLoss, float, cuda> model(
-      Network(), MseLoss{}, {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1}, gen);
+      Network(), MseLoss{},
+      {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .driver = {.threads = 1}}, gen);
   replay(state, model, sinusoid_batch(gen), gen);
 }
 BENCHMARK(cuda_platipus_sinusoid_graph<small_network>)

@@ -30,7 +30,7 @@ void maml_sinusoid(benchmark::State& state) {
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{},
                                      {.inner_loop = {.steps = 5, .learning_rate = 0.01},
                                       .first_order = state.range(0) == 1,
-                                      .task_chunks = one_chunk_per_thread},
+                                      .driver = {.task_chunks = one_chunk_per_thread}},
                                      gen);
   const auto batch = sampler().sample(tasks, gen);
   for (auto _ : state) benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
@@ -41,10 +41,10 @@ BENCHMARK(maml_sinusoid)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseReal
 template <nn::Sequential (*Network)()>
 void platipus_sinusoid(benchmark::State& state) {
   Generator gen(2);
-  Platipus<nn::Sequential, MseLoss> model(
-      Network(), MseLoss{},
-      {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .task_chunks = one_chunk_per_thread},
-      gen);
+  Platipus<nn::Sequential, MseLoss> model(Network(), MseLoss{},
+                                          {.inner_loop = {.steps = 5, .learning_rate = 0.01},
+                                           .driver = {.task_chunks = one_chunk_per_thread}},
+                                          gen);
   const auto batch = sampler().sample(tasks, gen);
   for (auto _ : state) benchmark::DoNotOptimize(model.meta_train_step(batch, gen));
 }
@@ -105,8 +105,7 @@ void platipus_conv4(benchmark::State& state) {
   const auto maml = conv_workloads::settings(0);
   Platipus<nn::Sequential, SoftmaxCrossEntropyLoss> model(
       conv_workloads::network(conv_workloads::miniimagenet), SoftmaxCrossEntropyLoss{},
-      {.inner_loop = maml.inner_loop, .threads = maml.threads, .task_chunks = maml.task_chunks},
-      gen);
+      {.inner_loop = maml.inner_loop, .driver = maml.driver}, gen);
   conv4_steps(state, model, conv_workloads::miniimagenet, gen);
 }
 BENCHMARK(platipus_conv4)

@@ -39,16 +39,14 @@ Builder build(const Settings& settings) {
 }
 
 // Every algorithm by name, in the table's order, with the options' shared
-// settings: the inner loop, the meta optimiser, threads and chunks. A new
-// algorithm is one more row (and its learner type in Algorithms).
+// settings: the inner loop and the driver's. A new algorithm is one more row
+// (and its learner type in Algorithms).
 std::vector<std::pair<std::string, Builder>> algorithm_table(const RegressionOptions& o) {
   const InnerLoop loop = o.maml().inner_loop;  // without MAML + noise's noise
-  // Any learner's settings with the shared four filled in.
+  // Any learner's settings with the shared ones filled in.
   auto shared = [&]<class Settings>(Settings s) {
     s.inner_loop = loop;
-    s.meta_optimizer = o.meta_optimizer();
-    s.threads = o.threads;
-    s.task_chunks = o.task_chunks;
+    s.driver = o.driver();
     return s;
   };
   auto fomaml = o.maml();
@@ -59,7 +57,7 @@ std::vector<std::pair<std::string, Builder>> algorithm_table(const RegressionOpt
   const int steps = static_cast<int>(std::min(o.steps, 100'000'000L));
   auto mamlpp = shared(
       MamlPlusPlusSettings{.multi_step_loss_steps = steps / 10, .first_order_steps = steps / 3});
-  mamlpp.meta_optimizer = o.meta_optimizer(steps);
+  mamlpp.driver = o.driver(steps);
   return {{"maml", build<Maml>(o.maml())},
           {"fomaml", build<Maml>(fomaml)},
           {"reptile", build<Reptile>(shared(ReptileSettings{}))},

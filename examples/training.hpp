@@ -137,12 +137,17 @@ struct TrainingOptions {
             .final_learning_rate = std::min(1e-5, meta_learning_rate)};
   }
 
+  // What every learner's driver reads: the meta optimiser, threads and chunks.
+  platipus::DriverSettings driver(long default_annealing_steps = 0) const {
+    return {.meta_optimizer = meta_optimizer(default_annealing_steps),
+            .threads = threads,
+            .task_chunks = task_chunks};
+  }
+
   // MAML, or with `noisy` MAML + noise.
   platipus::MamlSettings maml(bool noisy = false) const {
     return {.inner_loop = inner_loop_with_noise(noisy ? inner_loop.gradient_noise : 0),
-            .meta_optimizer = meta_optimizer(),
-            .threads = threads,
-            .task_chunks = task_chunks};
+            .driver = driver()};
   }
   platipus::PlatipusSettings platipus() const {
     return {.inner_loop = inner_loop_with_noise(0),
@@ -155,9 +160,7 @@ struct TrainingOptions {
             .initial_posterior_variance = posterior_variance,
             .initial_gamma_p = gamma,
             .initial_gamma_q = gamma,
-            .meta_optimizer = meta_optimizer(),
-            .threads = threads,
-            .task_chunks = task_chunks};
+            .driver = driver()};
   }
 
  private:

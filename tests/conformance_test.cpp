@@ -34,6 +34,7 @@ Network network(std::int64_t hidden = 6) {
 struct Common {
   int threads = 1, chunks = 0;
   InnerLoop inner_loop{.steps = 2, .learning_rate = 0.02};
+  DriverSettings driver() const { return {.threads = threads, .task_chunks = chunks}; }
 };
 
 // A case: the learner of one objective on a scalar type, its settings from
@@ -48,10 +49,7 @@ struct PlainCase {
   static constexpr bool exact = Exact;
   template <class T>
   static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
-    return {network(hidden),
-            MseLoss{},
-            {.inner_loop = c.inner_loop, .threads = c.threads, .task_chunks = c.chunks},
-            init};
+    return {network(hidden), MseLoss{}, {.inner_loop = c.inner_loop, .driver = c.driver()}, init};
   }
 };
 using MamlCase = PlainCase<Maml, true>;
@@ -67,10 +65,7 @@ struct FirstOrderMamlCase {
   static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
     return {network(hidden),
             MseLoss{},
-            {.inner_loop = c.inner_loop,
-             .first_order = true,
-             .threads = c.threads,
-             .task_chunks = c.chunks},
+            {.inner_loop = c.inner_loop, .first_order = true, .driver = c.driver()},
             init};
   }
 };
@@ -83,10 +78,7 @@ struct MamlNoiseCase {
   static Learner<T> make(const Common& c, Generator& init, std::int64_t hidden = 6) {
     auto loop = c.inner_loop;
     loop.gradient_noise = loop.gradient_noise > 0 ? loop.gradient_noise : 0.3;
-    return {network(hidden),
-            MseLoss{},
-            {.inner_loop = loop, .threads = c.threads, .task_chunks = c.chunks},
-            init};
+    return {network(hidden), MseLoss{}, {.inner_loop = loop, .driver = c.driver()}, init};
   }
 };
 
@@ -104,8 +96,7 @@ struct PlatipusCase {
              .initial_posterior_variance = 0.02,
              .initial_gamma_p = 0.03,
              .initial_gamma_q = 0.05,
-             .threads = c.threads,
-             .task_chunks = c.chunks},
+             .driver = c.driver()},
             init};
   }
 };
@@ -122,8 +113,7 @@ struct MamlPlusPlusCase {
             {.inner_loop = c.inner_loop,
              .multi_step_loss_steps = 100,
              .first_order_steps = 0,
-             .threads = c.threads,
-             .task_chunks = c.chunks},
+             .driver = c.driver()},
             init};
   }
 };
@@ -149,22 +139,6 @@ std::vector<Tensor<T>> part_gradients(const Learner& learner, const TaskBatch<T>
   } else {
     return learner.meta_gradient(batch, gen);
   }
-}
-
-// The meta-loss the driver differentiates: the objective's terms over the
-// whole batch as one chunk, per task, with the noise drawn from `noise` as
-// a meta-step draws it.
-template <class Learner, class T>
-double meta_loss(const Learner& learner, const TaskBatch<T>& batch, const Generator& noise) {
-  Generator gen = noise;
-  TaskNoise task_noise(gen);
-  Tape<T> tape;
-  std::vector<Var<T>> parts;
-  for (int p = 0; p < Learner::part_count; ++p)
-    parts.push_back(tape.variable(learner.part(static_cast<typename Learner::Part>(p))));
-  const auto terms = learner.objective().chunk_terms(std::span<const Var<T>>(parts), batch,
-                                                     task_noise, learner.current_schedule());
-  return terms.objective.value().to_vector()[0] / static_cast<double>(batch.tasks());
 }
 
 }  // namespace
@@ -223,7 +197,9 @@ TEMPLATE_LIST_TEST_CASE("every exact objective's meta-gradient matches central d
     Generator gen = noise;
     const auto gradients = part_gradients(learner, batch, gen);
     testing::check_part_gradients(
-        learner, gradients, [&] { return meta_loss(learner, batch, noise); }, 1e-5, 9, 3);
+        learner, gradients,
+        [&] { return testing::meta_loss(learner, batch, noise, learner.current_schedule()); }, 1e-5,
+        9, 3);
   }
 }
 
@@ -248,5 +224,35 @@ TEMPLATE_LIST_TEST_CASE("every objective refuses bad settings and batches, namin
   const auto before = state_values(learner);
   CHECK_THROWS_WITH(learner.meta_train_step(batch, gen), Contains("::meta_train_step"));
   CHECK_THROWS_WITH(learner.meta_gradient(batch, gen), Contains("::meta_gradient"));
+  CHECK_THROWS_WITH(learner.evaluate(batch, gen), Contains("::evaluate"));
   CHECK(state_values(learner) == before);
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "every objective scores tasks: each one's query loss under sample's first model, and their "
+    "mean",
+    "[conformance][evaluation]", Objectives) {
+  Generator init(12), data(13);
+  const auto learner = TestType::template make<double>({}, init);
+  const std::int64_t tasks = 4, query = 5;
+  const auto batch =
+      data::SinusoidLineSampler<double>({.support = 4, .query = query}).sample(tasks, data);
+  Generator scored(14), averaged(14), by_hand(14);
+  const auto losses = learner.query_losses(batch, scored).to_vector();
+  REQUIRE(losses.size() == static_cast<std::size_t>(tasks));
+  // The squared error of the model sample draws for each task, by hand.
+  const auto models = learner.sample(batch.support_x, batch.support_y, 1, by_hand);
+  const auto prediction = learner.predict(models, batch.query_x).to_vector();
+  const auto y = batch.query_y.to_vector();
+  double mean = 0;
+  for (std::int64_t t = 0; t < tasks; ++t) {
+    double squared = 0;
+    for (std::int64_t i = 0; i < query; ++i) {
+      const auto at = static_cast<std::size_t>(t * query + i);
+      squared += (prediction[at] - y[at]) * (prediction[at] - y[at]) / query;
+    }
+    CHECK(losses[static_cast<std::size_t>(t)] == Approx(squared).epsilon(1e-12));
+    mean += squared / tasks;
+  }
+  CHECK(learner.evaluate(batch, averaged) == Approx(mean).epsilon(1e-12));
 }

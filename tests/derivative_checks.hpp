@@ -1,11 +1,13 @@
 // The test files' check of a function's derivatives: first order and second
 // (through a vector-Jacobian product) against central finite differences, in
 // double (autodiff/gradcheck.hpp), each failure with gradcheck's message;
-// and a meta-learner's gradient of each part against central differences.
+// a meta-learner's gradient of each part against central differences, and
+// the meta-loss it differentiates.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "catch.hpp"
@@ -50,6 +52,24 @@ void check_part_gradients(Learner& learner, const std::vector<Tensor<double>>& g
       CHECK(analytic == Approx(numeric).epsilon(relative).margin(1e-8));
     }
   }
+}
+
+// The meta-loss the driver differentiates at the learner's current parts:
+// the objective's terms over the whole batch as one chunk, the mean over its
+// tasks, under `schedule`, with the noise drawn from `noise` as a meta-step
+// draws it (the same draw at every call).
+template <class Learner, class T>
+double meta_loss(const Learner& learner, const TaskBatch<T>& batch, const Generator& noise,
+                 const typename Learner::Schedule& schedule) {
+  Generator gen = noise;
+  TaskNoise task_noise(gen);
+  Tape<T> tape;
+  std::vector<Var<T>> parts;
+  for (int p = 0; p < Learner::part_count; ++p)
+    parts.push_back(tape.variable(learner.part(static_cast<typename Learner::Part>(p))));
+  const auto terms =
+      learner.objective().chunk_terms(std::span<const Var<T>>(parts), batch, task_noise, schedule);
+  return terms.objective.value().to_vector()[0] / static_cast<double>(batch.tasks());
 }
 
 }  // namespace platipus::testing

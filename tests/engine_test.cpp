@@ -1,17 +1,37 @@
 // The backward engine: grad's contract and errors, higher-order derivatives,
-// Hessian-vector products and MAML meta-gradients of an MLP, and tape memory.
+// Hessian-vector products and MAML meta-gradients of an MLP, and tape memory;
+// and the named argument checks every error message goes through.
 #include "catch.hpp"
 #include "resident_memory.hpp"
 
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
 using Catch::Contains;
 using V = Var<double>;
+
+TEST_CASE("the named checks word every range error alike, and NaN fails each", "[errors]") {
+  using Catch::Matchers::Equals;
+  CHECK_NOTHROW(check_positive("op", "rate", 0.5));
+  CHECK_THROWS_WITH(check_positive("op", "rate", 0), Equals("op: rate must be positive, got 0"));
+  CHECK_THROWS_WITH(check_non_negative("op", "norm", -1.5, "0: no clip"),
+                    Equals("op: norm must be non-negative (0: no clip), got -1.5"));
+  CHECK_NOTHROW(check_non_negative("op", "norm", 0));
+  CHECK_THROWS_WITH(check_at_least("op", "classes", 1, 2),
+                    Equals("op: classes must be at least 2, got 1"));
+  const double nan = std::nan("");
+  CHECK_THROWS_AS(check_positive("op", "x", nan), error);
+  CHECK_THROWS_AS(check_non_negative("op", "x", nan), error);
+  CHECK_THROWS_AS(check_at_least("op", "x", nan, 0.0), error);
+  CHECK_THROWS_WITH(check_finite("op", "x", nan), Equals("op: x must be finite, got nan"));
+  CHECK_THROWS_AS(check_finite("op", "x", std::numeric_limits<double>::infinity()), error);
+}
 
 TEST_CASE("grad of a scalar gives the gradient, as constants without create_graph", "[grad]") {
   Tape<double> tape;

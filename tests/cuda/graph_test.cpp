@@ -33,7 +33,8 @@ TEST_CASE("a recorded fill draws fresh normal numbers on every replay", "[cuda][
 }
 
 TEST_CASE("replayed MAML meta-steps match eager meta-steps on the CPU backend", "[cuda][graph]") {
-  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1};
+  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01},
+                              .driver = {.threads = 1}};
   Generator host_init(1), device_init(1);
   Maml<nn::Sequential, MseLoss, double, cpu> host(small_network(), MseLoss{}, settings, host_init);
   Maml<nn::Sequential, MseLoss, double, cuda> device(small_network(), MseLoss{}, settings,
@@ -59,7 +60,8 @@ TEST_CASE(
     "meta-steps on the CPU backend",
     "[cuda][graph][conv]") {
   const parity::UsingEngine engine(parity::each_convolution_engine());
-  const MamlSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.1}, .threads = 1};
+  const MamlSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.1},
+                              .driver = {.threads = 1}};
   const auto model =
       nn::conv4({.channels = 1, .size = 12, .filters = 4, .blocks = 2, .outputs = 3});
   using Loss = SoftmaxCrossEntropyLoss;
@@ -83,11 +85,11 @@ TEST_CASE("replayed PLATIPUS meta-steps draw fresh noise and are otherwise the e
           "[cuda][graph]") {
   Generator init(3), gen(4);
   SECTION("with the meta-parameters frozen, two replays on one batch differ only by the noise") {
-    Platipus<nn::Sequential, MseLoss, float, cuda> model(small_network(), MseLoss{},
-                                                         {.inner_loop = {.learning_rate = 0.01},
-                                                          .meta_optimizer = {.learning_rate = 0},
-                                                          .threads = 1},
-                                                         init);
+    Platipus<nn::Sequential, MseLoss, float, cuda> model(
+        small_network(), MseLoss{},
+        {.inner_loop = {.learning_rate = 0.01},
+         .driver = {.meta_optimizer = {.learning_rate = 0}, .threads = 1}},
+        init);
     const auto batch = sinusoid_batch<float, cuda>(5);
     GraphedMetaStep step(model, batch, gen);
     const auto before = model.part(decltype(model)::mu_theta).to_vector();
@@ -104,8 +106,9 @@ TEST_CASE("replayed PLATIPUS meta-steps draw fresh noise and are otherwise the e
   SECTION("with a negligible posterior variance, replays match eager steps on the CPU") {
     // v_q = 1e-24 scales the noise to 1e-12: what remains is the deterministic
     // rest of Algorithm 1, the KL term and Adam on all five parts.
-    const PlatipusSettings settings{
-        .inner_loop = {.learning_rate = 0.01}, .initial_posterior_variance = 1e-24, .threads = 1};
+    const PlatipusSettings settings{.inner_loop = {.learning_rate = 0.01},
+                                    .initial_posterior_variance = 1e-24,
+                                    .driver = {.threads = 1}};
     Generator host_init(3), host_gen(4);
     Platipus<nn::Sequential, MseLoss, double, cpu> host(small_network(), MseLoss{}, settings,
                                                         host_init);
@@ -153,18 +156,19 @@ TEST_CASE("what cannot be recorded or replayed throws platipus::error saying why
   const auto batch = sinusoid_batch<float, cuda>(8);
   SECTION("several threads") {
     Maml<nn::Sequential, MseLoss, float, cuda> maml(
-        small_network(), MseLoss{}, {.threads = 2, .task_chunks = one_chunk_per_thread}, init);
+        small_network(), MseLoss{}, {.driver = {.threads = 2, .task_chunks = one_chunk_per_thread}},
+        init);
     CHECK_THROWS_WITH(GraphedMetaStep(maml, batch, gen),
                       Contains("GraphedMetaStep") && Contains("threads = 2"));
   }
   SECTION("a KL weight that still ramps up") {
     Platipus<nn::Sequential, MseLoss, float, cuda> model(
-        small_network(), MseLoss{}, {.kl_anneal_steps = 10, .threads = 1}, init);
+        small_network(), MseLoss{}, {.kl_anneal_steps = 10, .driver = {.threads = 1}}, init);
     CHECK_THROWS_WITH(GraphedMetaStep(model, batch, gen), Contains("KL weight"));
   }
   SECTION("a batch of another shape, and meta-parameters replaced after recording") {
-    Maml<nn::Sequential, MseLoss, float, cuda> maml(small_network(), MseLoss{}, {.threads = 1},
-                                                    init);
+    Maml<nn::Sequential, MseLoss, float, cuda> maml(small_network(), MseLoss{},
+                                                    {.driver = {.threads = 1}}, init);
     GraphedMetaStep step(maml, batch, gen);
     CHECK_THROWS_WITH(
         step.step(sinusoid_batch<float, cuda>(9, 24)),

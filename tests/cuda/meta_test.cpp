@@ -25,7 +25,8 @@ using SinusoidPlatipus = Platipus<nn::Sequential, MseLoss, T, B>;
 TEMPLATE_TEST_CASE("a second-order MAML meta-gradient matches the CPU backend", "[cuda][maml]",
                    float, double) {
   using T = TestType;
-  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1};
+  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01},
+                              .driver = {.threads = 1}};
   Generator host_init(1), device_init(1);
   const SinusoidMaml<T, cpu> host(small_network(), MseLoss{}, settings, host_init);
   const SinusoidMaml<T, cuda> device(small_network(), MseLoss{}, settings, device_init);
@@ -42,7 +43,8 @@ TEMPLATE_TEST_CASE("a second-order MAML meta-gradient matches the CPU backend", 
 
 TEST_CASE("MAML meta-training steps, adaptation and evaluation track the CPU backend",
           "[cuda][maml]") {
-  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1};
+  const MamlSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01},
+                              .driver = {.threads = 1}};
   Generator host_init(1), device_init(1);
   SinusoidMaml<double, cpu> host(small_network(), MseLoss{}, settings, host_init);
   SinusoidMaml<double, cuda> device(small_network(), MseLoss{}, settings, device_init);
@@ -64,7 +66,8 @@ TEST_CASE("MAML meta-training steps, adaptation and evaluation track the CPU bac
 TEMPLATE_TEST_CASE("a PLATIPUS meta-gradient matches the CPU backend, sampled noise included",
                    "[cuda][platipus]", float, double) {
   using T = TestType;
-  const PlatipusSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01}, .threads = 1};
+  const PlatipusSettings settings{.inner_loop = {.steps = 5, .learning_rate = 0.01},
+                                  .driver = {.threads = 1}};
   Generator host_init(5), device_init(5);
   const SinusoidPlatipus<T, cpu> host(small_network(), MseLoss{}, settings, host_init);
   const SinusoidPlatipus<T, cuda> device(small_network(), MseLoss{}, settings, device_init);
@@ -81,7 +84,8 @@ TEMPLATE_TEST_CASE("a PLATIPUS meta-gradient matches the CPU backend, sampled no
 }
 
 TEST_CASE("PLATIPUS samples from the prior match the CPU backend", "[cuda][platipus]") {
-  const PlatipusSettings settings{.inner_loop = {.steps = 3, .learning_rate = 0.01}, .threads = 1};
+  const PlatipusSettings settings{.inner_loop = {.steps = 3, .learning_rate = 0.01},
+                                  .driver = {.threads = 1}};
   Generator host_init(8), device_init(8);
   const SinusoidPlatipus<double, cpu> host(small_network(), MseLoss{}, settings, host_init);
   const SinusoidPlatipus<double, cuda> device(small_network(), MseLoss{}, settings, device_init);
@@ -96,9 +100,10 @@ TEST_CASE("task-parallel meta-steps on several threads match one thread on the d
           "[cuda][threads]") {
   const auto batch = on_device(sinusoid_batch<double>(11));
   Generator one_init(12), many_init(12);
-  SinusoidMaml<double, cuda> one(small_network(), MseLoss{}, {.threads = 1}, one_init);
+  SinusoidMaml<double, cuda> one(small_network(), MseLoss{}, {.driver = {.threads = 1}}, one_init);
   SinusoidMaml<double, cuda> many(small_network(), MseLoss{},
-                                  {.threads = 4, .task_chunks = one_chunk_per_thread}, many_init);
+                                  {.driver = {.threads = 4, .task_chunks = one_chunk_per_thread}},
+                                  many_init);
   Generator one_gen(13), many_gen(13);
   for (int step = 0; step < 3; ++step) {
     one.meta_train_step(batch, one_gen);
@@ -120,10 +125,10 @@ TEMPLATE_TEST_CASE("MAML and PLATIPUS meta-gradients through conv4 match the CPU
     using ConvMaml = Maml<nn::Sequential, SoftmaxCrossEntropyLoss, T, cpu>;
     using DeviceMaml = Maml<nn::Sequential, SoftmaxCrossEntropyLoss, T, cuda>;
     Generator host_init(22), device_init(22), host_gen(23), device_gen(23);
-    const ConvMaml host(model, SoftmaxCrossEntropyLoss{}, {.inner_loop = loop, .threads = 1},
-                        host_init);
-    const DeviceMaml device(model, SoftmaxCrossEntropyLoss{}, {.inner_loop = loop, .threads = 1},
-                            device_init);
+    const ConvMaml host(model, SoftmaxCrossEntropyLoss{},
+                        {.inner_loop = loop, .driver = {.threads = 1}}, host_init);
+    const DeviceMaml device(model, SoftmaxCrossEntropyLoss{},
+                            {.inner_loop = loop, .driver = {.threads = 1}}, device_init);
     check_close(host.meta_gradient(batch, host_gen),
                 device.meta_gradient(on_device(batch), device_gen), 10 * tolerance<T>,
                 "meta-gradient");
@@ -132,10 +137,10 @@ TEMPLATE_TEST_CASE("MAML and PLATIPUS meta-gradients through conv4 match the CPU
     using ConvPlatipus = Platipus<nn::Sequential, SoftmaxCrossEntropyLoss, T, cpu>;
     using DevicePlatipus = Platipus<nn::Sequential, SoftmaxCrossEntropyLoss, T, cuda>;
     Generator host_init(24), device_init(24), host_gen(25), device_gen(25);
-    const ConvPlatipus host(model, SoftmaxCrossEntropyLoss{}, {.inner_loop = loop, .threads = 1},
-                            host_init);
+    const ConvPlatipus host(model, SoftmaxCrossEntropyLoss{},
+                            {.inner_loop = loop, .driver = {.threads = 1}}, host_init);
     const DevicePlatipus device(model, SoftmaxCrossEntropyLoss{},
-                                {.inner_loop = loop, .threads = 1}, device_init);
+                                {.inner_loop = loop, .driver = {.threads = 1}}, device_init);
     const auto expected = host.meta_gradient(batch, host_gen);
     const auto actual = device.meta_gradient(on_device(batch), device_gen);
     for (int part = 0; part < ConvPlatipus::part_count; ++part)
@@ -150,8 +155,8 @@ TEST_CASE("steady-state conv4 meta-steps allocate no device memory", "[cuda][mem
   Generator gen(27);
   Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(
       nn::conv4({.channels = 1, .size = 28, .filters = 16, .outputs = 5}),
-      SoftmaxCrossEntropyLoss{}, {.inner_loop = {.steps = 3, .learning_rate = 0.1}, .threads = 1},
-      gen);
+      SoftmaxCrossEntropyLoss{},
+      {.inner_loop = {.steps = 3, .learning_rate = 0.1}, .driver = {.threads = 1}}, gen);
   for (int step = 0; step < 3; ++step) maml.meta_train_step(batch, gen);
   std::size_t free_before = 0, free_after = 0, total = 0;
   REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
@@ -163,7 +168,7 @@ TEST_CASE("steady-state conv4 meta-steps allocate no device memory", "[cuda][mem
 TEST_CASE("steady-state meta-steps allocate no device memory", "[cuda][memory]") {
   const auto batch = on_device(sinusoid_batch<float>(14));
   Generator gen(15);
-  SinusoidPlatipus<float, cuda> model(small_network(), MseLoss{}, {.threads = 1}, gen);
+  SinusoidPlatipus<float, cuda> model(small_network(), MseLoss{}, {.driver = {.threads = 1}}, gen);
   for (int step = 0; step < 3; ++step) model.meta_train_step(batch, gen);
   std::size_t free_before = 0, free_after = 0, total = 0;
   REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);

@@ -116,8 +116,8 @@ void check_learners(const std::shared_ptr<Communicator>& world, const std::files
       [&] {
         Generator init(7);
         return Maml<nn::Sequential, MseLoss, T, Backend>(
-            model, MseLoss{}, {.inner_loop = {.steps = 2, .learning_rate = 0.01}, .threads = 1},
-            init);
+            model, MseLoss{},
+            {.inner_loop = {.steps = 2, .learning_rate = 0.01}, .driver = {.threads = 1}}, init);
       },
       tolerance, world, dir);
   check_parity(
@@ -126,7 +126,9 @@ void check_learners(const std::shared_ptr<Communicator>& world, const std::files
         Generator init(7);
         return Platipus<nn::Sequential, MseLoss, T, Backend>(
             model, MseLoss{},
-            {.inner_loop = {.steps = 2, .learning_rate = 0.01}, .kl_weight = 0.1, .threads = 1},
+            {.inner_loop = {.steps = 2, .learning_rate = 0.01},
+             .kl_weight = 0.1,
+             .driver = {.threads = 1}},
             init);
       },
       tolerance, world, dir);
@@ -138,7 +140,7 @@ void fail_on_one_rank(const std::shared_ptr<Communicator>& world) {
   Generator init(7), gen(8);
   Maml<nn::Sequential, MseLoss, float, Backend> maml(
       nn::mlp({.inputs = 1, .hidden = {8}, .outputs = 1}), MseLoss{},
-      {.inner_loop = {.learning_rate = 0.01}, .threads = 1}, init);
+      {.inner_loop = {.learning_rate = 0.01}, .driver = {.threads = 1}}, init);
   maml.distribute(world);
   const data::SinusoidLineSampler<float, Backend> sampler({.support = 5, .query = 5});
   for (int step = 1; step < 1'000'000; ++step) {

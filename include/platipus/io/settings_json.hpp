@@ -74,12 +74,15 @@ void fields(S& s, V&& visit) {
   visit("evaluation_steps", s.evaluation_steps);
 }
 
-// The fields that every learner's settings share, after its own.
+// The driver's settings that every learner's hold, after its own. They are
+// written flat, beside the learner's own keys, as they were before they were
+// gathered into DriverSettings: a settings record is read back by older
+// checkpoints' keys.
 template <class S, class V>
 void driver_fields(S& s, V&& visit) {
-  visit("meta_optimizer", s.meta_optimizer);
-  visit("threads", s.threads);
-  visit("task_chunks", s.task_chunks);
+  visit("meta_optimizer", s.driver.meta_optimizer);
+  visit("threads", s.driver.threads);
+  visit("task_chunks", s.driver.task_chunks);
 }
 
 template <class S, class V>

@@ -42,10 +42,6 @@ inline const Shape& image(const Shape& sample, std::string_view layer) {
   return sample;
 }
 
-inline void check_positive(std::int64_t n, std::string_view layer, std::string_view what) {
-  check(n > 0, "Sequential", "{} needs a positive number of {}, got {}", layer, what, n);
-}
-
 }  // namespace detail
 
 // y = x W + b, W [in, out], b [out] (zeros).
@@ -58,7 +54,7 @@ struct Linear {
 
   Shape output_shape(const Shape& sample) const {
     detail::vector_features(sample, name);
-    detail::check_positive(outputs, name, "outputs");
+    check_positive("Sequential", fmt::format("{}'s outputs", name), outputs);
     return Shape{outputs};
   }
   void declare(ParamLayout& layout, const std::string& prefix, const Shape& sample) {
@@ -86,7 +82,7 @@ struct BiasTransform {
 
   Shape output_shape(const Shape& sample) const {
     const auto n = detail::vector_features(sample, name);
-    detail::check_positive(dims, name, "dims");
+    check_positive("Sequential", fmt::format("{}'s dims", name), dims);
     return Shape{n + dims};
   }
   void declare(ParamLayout& layout, const std::string& prefix, const Shape& sample) {
@@ -121,7 +117,7 @@ struct Conv2d {
 
   Shape output_shape(const Shape& sample) const {
     const Shape& in = detail::image(sample, name);
-    detail::check_positive(outputs, name, "output channels");
+    check_positive("Sequential", fmt::format("{}'s output channels", name), outputs);
     return Shape{outputs, window.output(in[1], name), window.output(in[2], name)};
   }
   void declare(ParamLayout& layout, const std::string& prefix, const Shape& sample) {

@@ -150,8 +150,8 @@ struct GaussianNllLoss {
 
   template <class T, class B>
   Var<T, B> operator()(const Var<T, B>& pred, const Var<T, B>& target, int batch_dims) const {
-    check(std::isfinite(noise_std) && noise_std > 0, "GaussianNllLoss",
-          "noise_std must be positive and finite, got {}", noise_std);
+    check_finite("GaussianNllLoss", "noise_std", noise_std);
+    check_positive("GaussianNllLoss", "noise_std", noise_std);
     const auto variance =
         pred.tape().constant(Tensor<T, B>::full(Shape{}, static_cast<T>(noise_std * noise_std)));
     return gaussian_nll_loss(pred, variance, target, batch_dims, reduction);

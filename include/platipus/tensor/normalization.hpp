@@ -61,7 +61,7 @@ template <class T, class B>
 Normalized<T, B> batch_norm(const Tensor<T, B>& x, const Tensor<T, B>& scale,
                             const Tensor<T, B>& shift, int positions, T epsilon) {
   constexpr std::string_view who = "batch_norm";
-  check(epsilon > T(0), who, "epsilon must be positive, got {}", epsilon);
+  check_positive(who, "epsilon", epsilon);
   const NormLayout l = norm_layout(x.shape(), positions, who);
   const Shape statistics = norm_statistics_shape(x.shape(), positions);
   detail::check_statistics(statistics, scale.shape(), shift.shape(), who);

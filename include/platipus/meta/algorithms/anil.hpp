@@ -28,9 +28,7 @@ struct AnilSettings {
   // share the last piece's prefix before its '.').
   std::vector<std::string> head{};
   bool first_order = false;  // drop the second-order terms
-  optim::AdamSettings meta_optimizer{};
-  int threads = 0;      // threads over the tasks of a meta-batch; 0: B::default_threads()
-  int task_chunks = 0;  // as MamlSettings::task_chunks
+  DriverSettings driver{};
 };
 
 // The indices of the named pieces of `layout`, or with no names those of its

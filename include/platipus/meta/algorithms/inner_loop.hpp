@@ -67,17 +67,11 @@ struct BasicInnerLoop {
 
   // Throws platipus::error naming the setting that makes no sense.
   void validate(std::string_view who) const {
-    check(steps >= 0, who, "inner_loop.steps must be non-negative, got {}", steps);
-    check(evaluation_steps.value_or(0) >= 0, who,
-          "inner_loop.evaluation_steps must be non-negative, got {}", evaluation_steps.value_or(0));
-    check(std::isfinite(learning_rate), who, "inner_loop.learning_rate must be finite, got {}",
-          learning_rate);
-    check(gradient_noise >= 0, who,
-          "inner_loop.gradient_noise is a standard deviation and must be non-negative, got {}",
-          gradient_noise);
-    check(max_gradient_norm >= 0, who,
-          "inner_loop.max_gradient_norm must be non-negative (0: no clip), got {}",
-          max_gradient_norm);
+    check_non_negative(who, "inner_loop.steps", steps);
+    check_non_negative(who, "inner_loop.evaluation_steps", evaluation_steps.value_or(0));
+    check_finite(who, "inner_loop.learning_rate", learning_rate);
+    check_non_negative(who, "inner_loop.gradient_noise", gradient_noise, "a standard deviation");
+    check_non_negative(who, "inner_loop.max_gradient_norm", max_gradient_norm, "0: no clip");
   }
   // The same for an algorithm that takes no gradient noise.
   void validate_without_noise(std::string_view who) const {
@@ -148,7 +142,7 @@ Var<T, B> task_loss(const M& model, const L& loss, const Pieces<T, B>& params, c
 // taken of max(|g|^2, c^2), so no zero norm is ever divided by.
 template <class T, class B>
 Pieces<T, B> clip_task_norms(const Pieces<T, B>& g, double c) {
-  check(c > 0, "clip_task_norms", "the norm bound must be positive, got {}", c);
+  check_positive("clip_task_norms", "the norm bound", c);
   Var<T, B> squared;  // [tasks]
   for (const auto& gi : g) {
     std::vector<int> axes;
@@ -282,6 +276,27 @@ Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T
     phi = std::move(next.params);
   }
   return {phi, initial_loss};
+}
+
+// theta [P] adapted to each task's support set by the loop's evaluation
+// steps, detached (adaptation outside meta-training): [tasks, P]. The
+// test-time adaptation of MAML (MAML + noise with `noise`), Reptile and
+// Meta-SGD (its rates per coordinate, [P], in place of alpha).
+template <class M, class L, class T, class B>
+Tensor<T, B> adapted_parameters(const M& model, const L& loss, const Tensor<T, B>& theta,
+                                const Tensor<T, B>& support_x, const Tensor<T, B>& support_y,
+                                const InnerLoop& loop, std::string_view who,
+                                TaskNoise* noise = nullptr, const Tensor<T, B>* rates = nullptr) {
+  check_support_set(model, loss, support_x, support_y, who);
+  Tape<T, B> tape;
+  const auto& layout = model.layout();
+  Pieces<T, B> rate_pieces;
+  if (rates) rate_pieces = unflatten(tape.constant(*rates), layout.shapes());
+  const auto adapted =
+      adapt(model, loss, per_task(tape.constant(theta), layout, support_x.dim(0)),
+            tape.constant(support_x), tape.constant(support_y), loop.for_evaluation(),
+            {.noise = noise, .rates = rates ? &rate_pieces : nullptr, .detached = true});
+  return flat_values(adapted.params, layout);
 }
 
 }  // namespace platipus

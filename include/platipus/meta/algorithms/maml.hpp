@@ -28,13 +28,7 @@ struct MamlSettings {
   // K steps of alpha; gradient_noise > 0 gives "MAML + noise".
   InnerLoop inner_loop{};
   bool first_order = false;  // drop the second-order terms (FOMAML)
-  optim::AdamSettings meta_optimizer{};
-  int threads = 0;  // threads over the tasks of a meta-batch; 0: B::default_threads()
-  // Chunks a meta-batch is cut into (meta/driver/task_parallel.hpp, chunks_of): 0,
-  // the backend's cut (CPU: one per task); N > 0, N chunks; both give the same
-  // bits on any number of threads. one_chunk_per_thread (-1) is sometimes
-  // faster and agrees across thread counts only to rounding.
-  int task_chunks = 0;
+  DriverSettings driver{};
 };
 
 // MAML as an Objective of the meta-learner driver (meta/driver/meta_learner.hpp).
@@ -71,24 +65,9 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& gen) const {
-    check_support_set(model_, loss_, support_x, support_y, "Maml::adapt_to");
-    Tape<T, B> tape;
     TaskNoise noise(gen);
-    const auto adapted = adapt(
-        model_, loss_, per_task(tape.constant(parts[theta]), model_.layout(), support_x.dim(0)),
-        tape.constant(support_x), tape.constant(support_y), settings_.inner_loop.for_evaluation(),
-        {.noise = &noise, .detached = true});
-    return flat_values(adapted.params, model_.layout());
-  }
-
-  // Mean post-adaptation query loss of a batch (an evaluation, no update).
-  double evaluate(const Parts& parts, const TaskBatch<T, B>& batch, Generator& gen) const {
-    check_batch(loss_, model_, batch, "Maml::evaluate");
-    const auto prediction = platipus::predict(
-        model_, adapt_to(parts, batch.support_x, batch.support_y, gen), batch.query_x);
-    Tape<T, B> tape;
-    NoGradGuard no_grad;
-    return mean(loss_(tape.constant(prediction), tape.constant(batch.query_y), 1)).item();
+    return adapted_parameters(model_, loss_, parts[theta], support_x, support_y,
+                              settings_.inner_loop, "Maml::adapt_to", &noise);
   }
 };
 

@@ -42,9 +42,7 @@ struct MamlPlusPlusSettings {
   InnerLoop inner_loop{};            // K steps; learning_rate starts every learned rate; no noise
   int multi_step_loss_steps = 1000;  // MSL's length in meta-steps (0: the last step's loss only)
   int first_order_steps = 1000;      // DA: first order for this many meta-steps
-  optim::AdamSettings meta_optimizer{};  // its annealing_steps: the cosine's (0: constant)
-  int threads = 0;      // threads over the tasks of a meta-batch; 0: B::default_threads()
-  int task_chunks = 0;  // as MamlSettings::task_chunks
+  DriverSettings driver{};  // its meta_optimizer.annealing_steps: the cosine's (0: constant)
 };
 
 // MAML++'s meta-parameters (the checkpoint's names).
@@ -69,19 +67,16 @@ class MamlPlusPlusObjective
   MamlPlusPlusObjective(M model, L loss, MamlPlusPlusSettings settings)
       : Base(std::move(model), std::move(loss), settings) {
     settings.inner_loop.validate_without_noise(name);
-    check(settings.inner_loop.learning_rate > 0, name,
-          "inner_loop.learning_rate must be positive (the rates are learned as logarithms), got {}",
-          settings.inner_loop.learning_rate);
+    check_positive(name, "inner_loop.learning_rate", settings.inner_loop.learning_rate,
+                   "the rates are learned as logarithms");
     check(settings.inner_loop.evaluation_steps.value_or(settings.inner_loop.steps) ==
               settings.inner_loop.steps,
           name,
           "inner_loop.evaluation_steps must equal inner_loop.steps ({}): MAML++ learns a rate for "
           "each step, got {}",
           settings.inner_loop.steps, settings.inner_loop.evaluation_steps.value_or(0));
-    check(settings.multi_step_loss_steps >= 0, name,
-          "multi_step_loss_steps must be non-negative, got {}", settings.multi_step_loss_steps);
-    check(settings.first_order_steps >= 0, name, "first_order_steps must be non-negative, got {}",
-          settings.first_order_steps);
+    check_non_negative(name, "multi_step_loss_steps", settings.multi_step_loss_steps);
+    check_non_negative(name, "first_order_steps", settings.first_order_steps);
   }
 
   Parts initialize(Generator& init) const {

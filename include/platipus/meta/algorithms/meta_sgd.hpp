@@ -34,9 +34,7 @@ struct MetaSgdSettings {
     static constexpr double learning_rate = 0.01;
   };
   BasicInnerLoop<InnerLoopDefaults> inner_loop{};
-  optim::AdamSettings meta_optimizer{};
-  int threads = 0;      // threads over the tasks of a meta-batch; 0: B::default_threads()
-  int task_chunks = 0;  // as MamlSettings::task_chunks
+  DriverSettings driver{};
 };
 
 // Meta-SGD's meta-parameters (the checkpoint's names).
@@ -72,35 +70,24 @@ class MetaSgdObjective : public ObjectiveBase<M, L, T, B, MetaSgdSettings, MetaS
   // differentiated through them (second order) with respect to theta and alpha.
   ChunkTerms<T, B> chunk_terms(std::span<const Var<T, B>> parts, const TaskBatch<T, B>& chunk,
                                TaskNoise& /*noise*/, const StepSchedule& /*schedule*/) const {
-    const auto adapted =
-        adapt_with(parts[theta], parts[learning_rate_scales], chunk.support_x, chunk.support_y,
-                   chunk.tasks(), settings_.inner_loop, {.create_graph = true});
+    Tape<T, B>& tape = parts[theta].tape();
+    const auto& layout = model_.layout();
+    const Pieces<T, B> alpha =
+        unflatten(parts[learning_rate_scales] * static_cast<T>(settings_.inner_loop.learning_rate),
+                  layout.shapes());
+    const auto adapted = adapt(model_, loss_, per_task(parts[theta], layout, chunk.tasks()),
+                               tape.constant(chunk.support_x), tape.constant(chunk.support_y),
+                               settings_.inner_loop, {.create_graph = true, .rates = &alpha});
     return adapted_query_terms(model_, loss_, adapted, chunk);
   }
 
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& /*gen*/) const {
-    check_support_set(model_, loss_, support_x, support_y, "MetaSgd::adapt_to");
-    Tape<T, B> tape;
-    const auto adapted = adapt_with(
-        tape.variable(parts[theta]), tape.constant(parts[learning_rate_scales]), support_x,
-        support_y, support_x.dim(0), settings_.inner_loop.for_evaluation(), {.detached = true});
-    return flat_values(adapted.params, model_.layout());
-  }
-
- private:
-  Adapted<T, B> adapt_with(const Var<T, B>& theta_var, const Var<T, B>& scales,
-                           const Tensor<T, B>& support_x, const Tensor<T, B>& support_y,
-                           std::int64_t tasks, const InnerLoop& loop,
-                           AdaptOptions<T, B> options) const {
-    Tape<T, B>& tape = theta_var.tape();
-    const auto& layout = model_.layout();
-    const Pieces<T, B> alpha =
-        unflatten(scales * static_cast<T>(settings_.inner_loop.learning_rate), layout.shapes());
-    options.rates = &alpha;
-    return adapt(model_, loss_, per_task(theta_var, layout, tasks), tape.constant(support_x),
-                 tape.constant(support_y), loop, options);
+    const auto rates = raw::map(UnaryOp::scale, parts[learning_rate_scales],
+                                static_cast<T>(settings_.inner_loop.learning_rate));
+    return adapted_parameters(model_, loss_, parts[theta], support_x, support_y,
+                              settings_.inner_loop, "MetaSgd::adapt_to", nullptr, &rates);
   }
 };
 

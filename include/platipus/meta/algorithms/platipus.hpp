@@ -77,13 +77,7 @@ struct PlatipusSettings {
   double initial_prior_variance = 0.01;      // sigma2_theta at initialisation
   double initial_posterior_variance = 0.01;  // v_q at initialisation
   double initial_gamma_p = 0.01, initial_gamma_q = 0.01;
-  optim::AdamSettings meta_optimizer{};
-  int threads = 0;  // threads over the tasks of a meta-batch; 0: B::default_threads()
-  // Chunks a meta-batch is cut into (meta/driver/task_parallel.hpp, chunks_of): 0,
-  // the backend's cut (CPU: one per task); N > 0, N chunks; both give the same
-  // bits on any number of threads. one_chunk_per_thread (-1) is sometimes
-  // faster and agrees across thread counts only to rounding.
-  int task_chunks = 0;
+  DriverSettings driver{};
 };
 
 // PLATIPUS's meta-parameters Theta in a fixed order (the checkpoint's names).
@@ -104,6 +98,10 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   using typename Base::Parts;
   using enum PlatipusNames::Part;
   static constexpr std::string_view name = "Platipus";
+  // What a meta-step anneals: beta, ramped over kl_anneal_steps.
+  struct Schedule {
+    double kl_weight = 0;
+  };
 
   PlatipusObjective(M model, L loss, PlatipusSettings settings)
       : Base(std::move(model), std::move(loss), settings) {
@@ -113,13 +111,10 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     check(settings.initial_gamma_p > 0 && settings.initial_gamma_q > 0, name,
           "initial gammas must be positive step sizes (got gamma_p {} and gamma_q {})",
           settings.initial_gamma_p, settings.initial_gamma_q);
-    check(settings.kl_weight >= 0, name, "kl_weight must be non-negative, got {}",
-          settings.kl_weight);
-    check(settings.prior_likelihood_weight >= 0 && std::isfinite(settings.prior_likelihood_weight),
-          name, "prior_likelihood_weight must be finite and non-negative, got {}",
-          settings.prior_likelihood_weight);
-    check(settings.mean_steps >= 1, name, "mean_steps must be at least 1, got {}",
-          settings.mean_steps);
+    check_non_negative(name, "kl_weight", settings.kl_weight);
+    check_finite(name, "prior_likelihood_weight", settings.prior_likelihood_weight);
+    check_non_negative(name, "prior_likelihood_weight", settings.prior_likelihood_weight);
+    check_at_least(name, "mean_steps", settings.mean_steps, 1);
     settings.inner_loop.validate(name);
     check(settings.inner_loop.gradient_noise == 0, name,
           "inner_loop.gradient_noise must be 0: PLATIPUS samples theta, and gradient noise is "
@@ -144,7 +139,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   // The chunk's summed objective L(phi, D_test) + beta KL (+ lambda
   // L(phi_p, D_test)), per task.
   ChunkTerms<T, B> chunk_terms(std::span<const Var<T, B>> parts, const TaskBatch<T, B>& chunk,
-                               TaskNoise& noise, const StepSchedule& schedule) const {
+                               TaskNoise& noise, const Schedule& schedule) const {
     std::array<Var<T, B>, part_count> v;
     std::copy(parts.begin(), parts.end(), v.begin());
     const auto [query, kl, prior_query] = objective_terms(v, chunk, noise);
@@ -156,7 +151,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
 
   // beta at the meta-step after `steps()` steps; reads the count only while
   // beta ramps up (on CUDA reading it waits for the device).
-  StepSchedule schedule(const std::function<int()>& steps) const {
+  Schedule schedule(const std::function<int()>& steps) const {
     if (settings_.kl_anneal_steps <= 0) return {.kl_weight = settings_.kl_weight};
     return {.kl_weight = settings_.kl_weight *
                          std::min(1.0, static_cast<double>(steps()) / settings_.kl_anneal_steps)};
@@ -221,7 +216,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   Tensor<T, B> sample(const Parts& theta, const Tensor<T, B>& support_x,
                       const Tensor<T, B>& support_y, std::int64_t n, Generator& gen) const {
     check_support_set(model_, loss_, support_x, support_y, "Platipus::sample");
-    check(n > 0, "Platipus::sample", "the number of samples must be positive, got {}", n);
+    check_positive("Platipus::sample", "the number of samples", n);
     const auto& layout = model_.layout();
     const std::int64_t tasks = support_x.dim(0), size = layout.size();
     Tape<T, B> tape;

@@ -28,10 +28,8 @@
 namespace platipus {
 
 struct ReptileSettings {
-  InnerLoop inner_loop{};  // K steps of alpha on each task's points; no gradient noise
-  optim::AdamSettings meta_optimizer{};  // its learning rate is epsilon
-  int threads = 0;      // threads over the tasks of a meta-batch; 0: B::default_threads()
-  int task_chunks = 0;  // as MamlSettings::task_chunks
+  InnerLoop inner_loop{};   // K steps of alpha on each task's points; no gradient noise
+  DriverSettings driver{};  // its meta_optimizer's learning rate is epsilon
 };
 
 // Reptile as an Objective of the meta-learner driver: theta is MAML's.
@@ -88,13 +86,8 @@ class ReptileObjective : public ObjectiveBase<M, L, T, B, ReptileSettings, MamlN
   // Parameters adapted to each task's support set: [tasks, P].
   Tensor<T, B> adapt_to(const Parts& parts, const Tensor<T, B>& support_x,
                         const Tensor<T, B>& support_y, Generator& /*gen*/) const {
-    check_support_set(model_, loss_, support_x, support_y, "Reptile::adapt_to");
-    Tape<T, B> tape;
-    const auto adapted = adapt(
-        model_, loss_, per_task(tape.variable(parts[theta]), model_.layout(), support_x.dim(0)),
-        tape.constant(support_x), tape.constant(support_y), settings_.inner_loop.for_evaluation(),
-        {.detached = true});
-    return flat_values(adapted.params, model_.layout());
+    return adapted_parameters(model_, loss_, parts[theta], support_x, support_y,
+                              settings_.inner_loop, "Reptile::adapt_to");
   }
 };
 

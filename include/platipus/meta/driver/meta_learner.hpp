@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "platipus/distributed/communicator.hpp"
+#include "platipus/meta/driver/driver_settings.hpp"
 #include "platipus/meta/driver/predict.hpp"
 #include "platipus/meta/driver/step_statistics.hpp"
 #include "platipus/meta/driver/task_noise.hpp"
@@ -43,18 +44,18 @@ struct ChunkTerms {
 };
 
 // What a meta-step reads from the number of steps taken before it, fixed
-// before its chunks run: the quantities PLATIPUS and MAML++ anneal (the meta
-// learning rate anneals in the driver, by meta_optimizer's annealing_steps).
+// before its chunks run: the step for the objectives that anneal with it
+// (MAML++). An objective that anneals something else declares its own
+// Schedule (PLATIPUS: its KL weight); the meta learning rate anneals in the
+// driver, by driver.meta_optimizer's annealing_steps.
 struct StepSchedule {
-  int step = 0;          // steps taken; 0 for objectives that do not anneal
-  double kl_weight = 0;  // PLATIPUS's beta; 0 where there is no KL term
+  int step = 0;  // steps taken; 0 for objectives that do not anneal
 };
 
 // An Objective O, requirement by requirement (O::Scalar is T, O::Backend is B):
 //   O::Model, O::Loss, O::Settings   the model and loss it is built from, and
-//                                    its settings, which hold at least
-//                                    meta_optimizer (optim::AdamSettings),
-//                                    threads and task_chunks (int);
+//                                    its settings, which hold the driver's
+//                                    as `driver` (DriverSettings);
 //   O(model, loss, settings)         checks the settings (platipus::error
 //                                    naming the bad one) and keeps them;
 //   O::name                          for messages ("Maml", "Platipus");
@@ -65,12 +66,14 @@ struct StepSchedule {
 //                                    the driver derives from it;
 //   initialize(gen)                  their initial values, part_count
 //                                    tensors, drawn from gen;
+//   O::Schedule                      what a meta-step reads from the step
+//                                    count (ObjectiveBase: StepSchedule);
 //   chunk_terms(parts, chunk, noise, schedule)
 //                                    the chunk's ChunkTerms, recorded on the
 //                                    tape of `parts` (leaves, one per part);
 //                                    random draws come from `noise`, keyed by
 //                                    task, so no result depends on the cut;
-//   schedule(steps)                  the StepSchedule of the next meta-step
+//   schedule(steps)                  the Schedule of the next meta-step
 //                                    (ObjectiveBase: none); steps() reads the
 //                                    optimiser's count and may wait for the
 //                                    device, so call it only while something
@@ -93,20 +96,19 @@ concept Objective = requires(
     const std::function<int()>& steps, Generator& gen) {
   typename O::Part;
   typename O::Names;  // a base of the driver: Part, part_count, part_names
+  typename O::Schedule;
   { O::name } -> std::convertible_to<std::string_view>;
   { O::part_names[0] } -> std::convertible_to<std::string_view>;
   { o.initialize(gen) } -> std::same_as<std::remove_cvref_t<decltype(parts)>>;
   {
-    o.chunk_terms(vars, batch, noise, StepSchedule{})
+    o.chunk_terms(vars, batch, noise, typename O::Schedule{})
     } -> std::same_as<ChunkTerms<typename O::Scalar, typename O::Backend>>;
-  { o.schedule(steps) } -> std::same_as<StepSchedule>;
+  { o.schedule(steps) } -> std::same_as<typename O::Schedule>;
   { o.replay_obstacle(steps) } -> std::convertible_to<std::string>;
   requires(
       requires { o.sample(parts, batch.support_x, batch.support_y, std::int64_t{1}, gen); } ||
       requires { o.adapt_to(parts, batch.support_x, batch.support_y, gen); });
-  { o.settings().meta_optimizer } -> std::convertible_to<optim::AdamSettings>;
-  { o.settings().threads } -> std::convertible_to<int>;
-  { o.settings().task_chunks } -> std::convertible_to<int>;
+  { o.settings().driver } -> std::convertible_to<DriverSettings>;
   o.model();
 };
 
@@ -124,6 +126,7 @@ class ObjectiveBase : public N {
   using Settings = S;
   using Names = N;
   using Parts = std::array<Tensor<T, B>, N::part_count>;
+  using Schedule = StepSchedule;
 
   ObjectiveBase(M model, L loss, S settings)
       : model_(std::move(model)), loss_(std::move(loss)), settings_(settings) {}
@@ -152,26 +155,14 @@ class MetaLearner : public O::Names {
   using Settings = typename O::Settings;
   using Part = typename O::Part;
   using Parts = std::array<Tensor<T, B>, O::part_count>;
+  using Schedule = typename O::Schedule;
 
   MetaLearner(typename O::Model model, typename O::Loss loss, Settings settings, Generator& init)
       : objective_(std::move(model), std::move(loss), settings),
         parts_(objective_.initialize(init)),
-        optimizer_(settings.meta_optimizer),
-        pool_(task_pool<B>(settings.threads)) {
-    check(settings.threads >= 0, O::name,
-          "threads must be non-negative (0: the backend's default), got {}", settings.threads);
-    check(settings.task_chunks >= one_chunk_per_thread, O::name,
-          "task_chunks must be 0 (the backend's cut), N > 0 or one_chunk_per_thread (-1), got {}",
-          settings.task_chunks);
-    const optim::AdamSettings& rate = settings.meta_optimizer;
-    check(rate.annealing_steps >= 0, O::name,
-          "meta_optimizer.annealing_steps must be non-negative, got {}", rate.annealing_steps);
-    check(rate.annealing_steps == 0 ||
-              (rate.final_learning_rate >= 0 && rate.final_learning_rate <= rate.learning_rate),
-          O::name,
-          "meta_optimizer.final_learning_rate must be in [0, meta_optimizer.learning_rate = {}], "
-          "got {}",
-          rate.learning_rate, rate.final_learning_rate);
+        optimizer_(settings.driver.meta_optimizer),
+        pool_(task_pool<B>(settings.driver.threads)) {
+    settings.driver.validate(O::name);
   }
 
   // Data parallelism over processes: from now on each meta-step computes the
@@ -208,7 +199,7 @@ class MetaLearner : public O::Names {
   // record it (meta/driver/graphed_step.hpp); so the targets are not checked
   // (check_batch), only the shapes.
   Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
-    const StepSchedule schedule = objective_.schedule(steps_reader());
+    const Schedule schedule = objective_.schedule(steps_reader());
     auto [gradients, statistics] =
         gradient_and_statistics(batch, gen, schedule, Method::meta_train_step);
     std::array<Tensor<T, B>*, O::part_count> params;
@@ -217,7 +208,7 @@ class MetaLearner : public O::Names {
       params[i] = &parts_[i];
       grads[i] = &gradients[i];
     }
-    const optim::AdamSettings& rate = settings().meta_optimizer;
+    const optim::AdamSettings& rate = settings().driver.meta_optimizer;
     if (rate.annealing_steps > 0)
       optimizer_.settings().learning_rate = rate.learning_rate_at(steps());
     optimizer_.step(params, grads);
@@ -244,9 +235,10 @@ class MetaLearner : public O::Names {
     if (communicator_)
       return fmt::format("distributed over {} ranks ({}): a graph does not record the all-reduce",
                          communicator_->size(), communicator_->name());
-    if (auto obstacle = recording_obstacle<B>(*pool_, settings().task_chunks); !obstacle.empty())
+    if (auto obstacle = recording_obstacle<B>(*pool_, settings().driver.task_chunks);
+        !obstacle.empty())
       return obstacle;
-    if (const int annealing = settings().meta_optimizer.annealing_steps;
+    if (const int annealing = settings().driver.meta_optimizer.annealing_steps;
         annealing > 0 && steps() < annealing)
       return fmt::format(
           "the meta learning rate still anneals (step {} of {}) and a recording fixes it", steps(),
@@ -262,8 +254,7 @@ class MetaLearner : public O::Names {
     if constexpr (requires { objective_.sample(parts_, support_x, support_y, n, gen); }) {
       return objective_.sample(parts_, support_x, support_y, n, gen);
     } else {
-      check(n > 0, fmt::format("{}::sample", O::name),
-            "the number of samples must be positive, got {}", n);
+      check_positive(fmt::format("{}::sample", O::name), "the number of samples", n);
       const std::int64_t tasks = support_x.dim(0), size = objective_.model().layout().size();
       return adapt_to(repeat_tasks(support_x, n), repeat_tasks(support_y, n), gen)
           .reshaped(Shape{tasks, n, size});
@@ -293,12 +284,29 @@ class MetaLearner : public O::Names {
   }
   { return objective_.adapt_to(parts_, support_x, support_y, gen); }
 
-  // Mean post-adaptation query loss of a batch (an evaluation, no update).
-  double evaluate(const TaskBatch<T, B>& batch, Generator& gen) const requires
-      requires(const O& o, const Parts& p) {
-    o.evaluate(p, batch, gen);
+  // Each task's mean query loss after adapting to its support set, [tasks]:
+  // one model per task, sample's first (MAML: the adapted weights; PLATIPUS:
+  // one draw of Algorithm 2). An evaluation, no update.
+  Tensor<T, B> query_losses(const TaskBatch<T, B>& batch, Generator& gen) const {
+    check_batch(objective_.loss(), objective_.model(), batch, who(Method::evaluate));
+    const std::int64_t tasks = batch.tasks(), size = objective_.model().layout().size();
+    const auto prediction =
+        predict(sample(batch.support_x, batch.support_y, 1, gen).reshaped(Shape{tasks, size}),
+                batch.query_x);
+    Tape<T, B> tape;
+    NoGradGuard no_grad;
+    return objective_.loss()(tape.constant(prediction), tape.constant(batch.query_y), 1)
+        .value()
+        .clone();
   }
-  { return objective_.evaluate(parts_, batch, gen); }
+
+  // Their mean over the batch's tasks.
+  double evaluate(const TaskBatch<T, B>& batch, Generator& gen) const {
+    const auto losses = query_losses(batch, gen);
+    Tape<T, B> tape;
+    NoGradGuard no_grad;
+    return mean(tape.constant(losses)).item();
+  }
 
   // Predictions of parameters [P], [T, P] or [T, S, P] on x (meta/driver/predict.hpp).
   Tensor<T, B> predict(const Tensor<T, B>& params, const Tensor<T, B>& x) const {
@@ -339,17 +347,17 @@ class MetaLearner : public O::Names {
   // Meta-steps taken (kept by the optimiser in backend memory: on CUDA,
   // reading it waits for the device).
   int steps() const { return optimizer_.steps(); }
-  // What the next meta-step anneals: its KL weight (0 for objectives without
-  // a KL term); its meta learning rate is meta_optimizer's learning_rate_at(steps()).
-  StepSchedule current_schedule() const { return objective_.schedule(steps_reader()); }
-  double current_kl_weight() const { return current_schedule().kl_weight; }
+  // What the next meta-step anneals (PLATIPUS: current_schedule().kl_weight);
+  // its meta learning rate is driver.meta_optimizer's learning_rate_at(steps()).
+  Schedule current_schedule() const { return objective_.schedule(steps_reader()); }
 
  private:
   // "<objective>::<method>" for the messages of the method a user called.
-  enum class Method { meta_train_step, meta_gradient };
+  enum class Method { meta_train_step, meta_gradient, evaluate };
   static const std::string& who(Method method) {
-    static const std::array<std::string, 2> names{fmt::format("{}::meta_train_step", O::name),
-                                                  fmt::format("{}::meta_gradient", O::name)};
+    static const std::array<std::string, 3> names{fmt::format("{}::meta_train_step", O::name),
+                                                  fmt::format("{}::meta_gradient", O::name),
+                                                  fmt::format("{}::evaluate", O::name)};
     return names[static_cast<std::size_t>(method)];
   }
 
@@ -363,14 +371,14 @@ class MetaLearner : public O::Names {
   // distributed, chunks of this rank's slice, then the sum over the ranks.
   typename ChunkResults<T, B>::Total gradient_and_statistics(const TaskBatch<T, B>& full_batch,
                                                              Generator& gen,
-                                                             const StepSchedule& schedule,
+                                                             const Schedule& schedule,
                                                              Method method) const {
     full_batch.validate(who(method));
     const TaskRange mine =
         communicator_ ? rank_tasks(full_batch.tasks(), communicator_->rank(), communicator_->size())
                       : TaskRange{0, full_batch.tasks()};
     const auto batch = slice_tasks(full_batch, mine);
-    const auto ranges = chunks_of<B>(batch.tasks(), settings().task_chunks, *pool_);
+    const auto ranges = chunks_of<B>(batch.tasks(), settings().driver.task_chunks, *pool_);
     std::array<Shape, O::part_count> shapes;
     for (std::size_t i = 0; i < shapes.size(); ++i) shapes[i] = parts_[i].shape();
     ChunkResults<T, B> results(ranges.size(), shapes);

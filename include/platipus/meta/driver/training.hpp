@@ -45,10 +45,9 @@ struct TrainingRecord {
 template <class Learner, TaskSamplerFor<Learner> Sampler>
 void meta_train(Learner& learner, const Sampler& sampler, Generator& gen, const TrainingLoop& loop,
                 const std::function<void(const TrainingRecord&)>& on_record = {}) {
-  check(loop.steps >= 0, loop.name, "steps must be non-negative, got {}", loop.steps);
-  check(loop.meta_batch > 0, loop.name, "meta_batch must be positive, got {}", loop.meta_batch);
-  check(loop.record_every >= 0, loop.name, "record_every must be non-negative, got {}",
-        loop.record_every);
+  check_non_negative(loop.name, "steps", loop.steps);
+  check_positive(loop.name, "meta_batch", loop.meta_batch);
+  check_non_negative(loop.name, "record_every", loop.record_every);
   const std::int64_t every =
       loop.record_every > 0 ? loop.record_every : std::max<std::int64_t>(1, loop.steps / 200);
   const auto start = std::chrono::steady_clock::now();

@@ -58,8 +58,8 @@ Estimate estimate(const std::vector<Scores>& tasks, double Scores::*score) {
 }
 
 // Each of `tasks` fresh tasks' mean query loss (the learner's loss) after
-// adapting to its support set: one model per task, from learner.sample
-// (MAML's adapted weights; one PLATIPUS sample). Tasks are drawn `batch` at
+// adapting to its support set: learner.query_losses (one model per task:
+// MAML's adapted weights; one PLATIPUS sample). Tasks are drawn `batch` at
 // a time from `sampler` with gen, so memory stays small.
 template <class Learner, TaskSamplerFor<Learner> Sampler>
 std::vector<double> held_out_losses(const Learner& learner, const Sampler& sampler,
@@ -68,17 +68,8 @@ std::vector<double> held_out_losses(const Learner& learner, const Sampler& sampl
         "tasks and batch must be positive, got {} and {}", tasks, batch);
   std::vector<double> losses;
   for (std::int64_t done = 0; done < tasks; done += batch) {
-    const auto b = sampler.sample(std::min(batch, tasks - done), gen);
-    auto params = learner.sample(b.support_x, b.support_y, 1, gen);
-    const std::int64_t size = params.dim(-1);
-    const auto prediction =
-        learner.predict(std::move(params).reshaped(Shape{b.tasks(), size}), b.query_x);
-    using T = typename std::remove_cvref_t<decltype(prediction)>::value_type;
-    using B = typename std::remove_cvref_t<decltype(prediction)>::backend;
-    Tape<T, B> tape;
-    NoGradGuard no_grad;
     const auto per_task =
-        learner.loss()(tape.constant(prediction), tape.constant(b.query_y), 1).value().to_vector();
+        learner.query_losses(sampler.sample(std::min(batch, tasks - done), gen), gen).to_vector();
     losses.insert(losses.end(), per_task.begin(), per_task.end());
   }
   return losses;

@@ -44,8 +44,8 @@ inline RegressionScores score_regression(std::span<const double> samples,
   const std::size_t n = targets.size();
   check(n > 0 && samples.size() >= n && samples.size() % n == 0, name,
         "{} predictions do not form [samples, {}] rows", samples.size(), n);
-  check(std::isfinite(noise_std) && noise_std > 0, name, "noise_std must be positive, got {}",
-        noise_std);
+  check_finite(name, "noise_std", noise_std);
+  check_positive(name, "noise_std", noise_std);
   check(interval > 0 && interval < 1, name, "interval must lie in (0, 1), got {}", interval);
   const std::size_t s_count = samples.size() / n;
   const double s = static_cast<double>(s_count);
@@ -107,10 +107,10 @@ inline ClassificationScores score_classification(std::span<const double> probabi
                                                  std::size_t classes, int bins = 10) {
   constexpr std::string_view name = "score_classification";
   const std::size_t n = labels.size();
-  check(classes >= 2, name, "classes must be at least 2, got {}", classes);
+  check_at_least(name, "classes", classes, std::size_t{2});
   check(n > 0 && probabilities.size() == n * classes, name,
         "{} probabilities for {} labels of {} classes", probabilities.size(), n, classes);
-  check(bins > 0, name, "bins must be positive, got {}", bins);
+  check_positive(name, "bins", bins);
   std::vector<double> bin_count(static_cast<std::size_t>(bins)), bin_correct(bin_count.size()),
       bin_confidence(bin_count.size());
   ClassificationScores scores;
