@@ -5,7 +5,10 @@
 // small a step costs kernel launches, not arithmetic: fewer chunks mean
 // fewer launches, more chunks mean more threads launching at once. The
 // *_graph benchmarks replay the step recorded as one CUDA graph
-// (meta/driver/graphed_step.hpp), the batch copied in each time.
+// (meta/driver/graphed_step.hpp), the batch copied in each time, and count
+// its kernels (kernels_per_step). device_MB is the process's peak device
+// memory (cuda::peak_allocated_bytes): the workload's own when the benchmark
+// runs alone in its process, as benchmarks/gpu_check.sh runs them.
 #include <benchmark/benchmark.h>
 
 #include "conv_workloads.hpp"
@@ -49,7 +52,7 @@ void cuda_maml_sinusoid(benchmark::State& state) {
 }
 BENCHMARK(cuda_maml_sinusoid)
     ->ArgNames({"first_order", "threads"})
-    ->ArgsProduct({{0, 1}, {1, 4, 16}})
+    ->ArgsProduct({{0, 1}, {1, 4}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
@@ -73,7 +76,6 @@ BENCHMARK(cuda_platipus_sinusoid<small_network>)
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(4)
-    ->Arg(16)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(cuda_platipus_sinusoid<paper_network>)
@@ -81,7 +83,6 @@ BENCHMARK(cuda_platipus_sinusoid<paper_network>)
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(4)
-    ->Arg(16)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
@@ -95,6 +96,8 @@ void replay(benchmark::State& state, Learner& learner, const TaskBatch<float, cu
     cuda::synchronize();
   }
   state.counters["graph_nodes"] = static_cast<double>(step.nodes());
+  state.counters["kernels_per_step"] = static_cast<double>(step.kernels());
+  state.counters["device_MB"] = static_cast<double>(cuda::peak_allocated_bytes()) / 1e6;
 }
 
 void cuda_maml_sinusoid_graph(benchmark::State& state) {
@@ -133,10 +136,11 @@ BENCHMARK(cuda_platipus_sinusoid_graph<paper_network>)
     ->UseRealTime();
 
 // Second-order MAML on conv4 (conv_workloads.hpp) with each convolution
-// engine (engine:1 cuDNN, engine:2 im2col + cuBLAS), eager on one thread (the
-// first step, which chooses cuDNN's algorithms, not timed) and replayed as a
-// CUDA graph.
-// The convolution engine of a benchmark's argument: 0 automatic, 1 cuDNN, 2 GEMM.
+// engine (engine:1 cuDNN, engine:2 im2col + cuBLAS, engine:0 the automatic
+// choice), with batch norm as the examples train it (batch_norm:1) or
+// without: eager on one thread (the first step, which chooses cuDNN's
+// algorithms, not timed) and replayed as a CUDA graph. PLATIPUS on the
+// MiniImagenet-sized conv4 with batch norm, replayed.
 void use_engine(benchmark::State& state) {
   const auto engine = static_cast<ConvolutionEngine>(state.range(0));
   cuda::set_convolution_engine(engine);
@@ -150,7 +154,8 @@ void cuda_maml_conv4(benchmark::State& state) {
   use_engine(state);
   Generator gen(3);
   Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(
-      conv_workloads::network(W), SoftmaxCrossEntropyLoss{}, conv_workloads::settings(1), gen);
+      conv_workloads::network(W, state.range(1) == 1), SoftmaxCrossEntropyLoss{},
+      conv_workloads::settings(1), gen);
   const auto batch = conv_workloads::batch<cuda>(W, gen);
   maml.meta_train_step(batch, gen);
   cuda::synchronize();
@@ -158,18 +163,17 @@ void cuda_maml_conv4(benchmark::State& state) {
     benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
     cuda::synchronize();
   }
+  state.counters["device_MB"] = static_cast<double>(cuda::peak_allocated_bytes()) / 1e6;
 }
 BENCHMARK(cuda_maml_conv4<conv_workloads::miniimagenet>)
-    ->ArgName("engine")
-    ->Arg(1)
-    ->Arg(2)
+    ->ArgNames({"engine", "batch_norm"})
+    ->ArgsProduct({{1, 2}, {1}})
     ->Name("cuda_maml_conv4/miniimagenet")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(cuda_maml_conv4<conv_workloads::omniglot>)
-    ->ArgName("engine")
-    ->Arg(1)
-    ->Arg(2)
+    ->ArgNames({"engine", "batch_norm"})
+    ->ArgsProduct({{1, 2}, {1}})
     ->Name("cuda_maml_conv4/omniglot")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
@@ -179,21 +183,36 @@ void cuda_maml_conv4_graph(benchmark::State& state) {
   use_engine(state);
   Generator gen(3);
   Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> maml(
-      conv_workloads::network(W), SoftmaxCrossEntropyLoss{}, conv_workloads::settings(1), gen);
+      conv_workloads::network(W, state.range(1) == 1), SoftmaxCrossEntropyLoss{},
+      conv_workloads::settings(1), gen);
   replay(state, maml, conv_workloads::batch<cuda>(W, gen), gen);
 }
 BENCHMARK(cuda_maml_conv4_graph<conv_workloads::miniimagenet>)
-    ->ArgName("engine")
-    ->Arg(1)
-    ->Arg(2)
+    ->ArgNames({"engine", "batch_norm"})
+    ->ArgsProduct({{1, 2}, {1, 0}})
     ->Name("cuda_maml_conv4_graph/miniimagenet")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(cuda_maml_conv4_graph<conv_workloads::omniglot>)
-    ->ArgName("engine")
-    ->Arg(1)
-    ->Arg(2)
+    ->ArgNames({"engine", "batch_norm"})
+    ->ArgsProduct({{1, 2}, {1, 0}})
     ->Name("cuda_maml_conv4_graph/omniglot")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void cuda_platipus_conv4_graph(benchmark::State& state) {
+  use_engine(state);
+  Generator gen(4);
+  const auto maml = conv_workloads::settings(1);
+  Platipus<nn::Sequential, SoftmaxCrossEntropyLoss, float, cuda> model(
+      conv_workloads::network(conv_workloads::miniimagenet), SoftmaxCrossEntropyLoss{},
+      {.inner_loop = maml.inner_loop, .driver = maml.driver}, gen);
+  replay(state, model, conv_workloads::batch<cuda>(conv_workloads::miniimagenet, gen), gen);
+}
+BENCHMARK(cuda_platipus_conv4_graph)
+    ->ArgName("engine")
+    ->Arg(0)
+    ->Name("cuda_platipus_conv4_graph/miniimagenet")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

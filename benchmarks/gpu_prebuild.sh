@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Builds the programs that benchmarks/gpu_check.sh runs, for a GPU machine
 # that lacks the build's dependencies or whose time is too dear to compile
-# on: the CUDA tests, the GPU benchmark, and the sine_line, circles and
-# active_learning examples (on the CPU and on the GPU). Run from the
-# repository root on any machine with the project's dependencies and nvcc:
+# on: the CUDA tests, the GPU benchmark, the sine_line, circles and
+# active_learning examples (on the CPU and on the GPU) and, where NCCL and
+# MPI are found, the distributed parity test. Run from the repository root
+# on any machine with the project's dependencies and nvcc:
 #
 #   benchmarks/gpu_prebuild.sh DIR
 #
 # DIR gets bin/ (the programs), lib/ (the shared libraries they need beyond
-# glibc, libstdc++ and CUDA's own, such as libfmt and libbenchmark) and
+# glibc, libstdc++ and CUDA's own, such as libfmt and libbenchmark),
+# openmpi/ (this machine's Open MPI, mpirun and its plugins, for a GPU
+# machine without one: gpu_check.sh relocates it with OPAL_PREFIX) and
 # built-from.txt (the commit). Then, on the GPU machine:
 #
 #   OUT=/tmp/gpu-check PREBUILT=DIR benchmarks/gpu_check.sh
@@ -28,6 +31,9 @@ programs=(tests/platipus_cuda_tests benchmarks/platipus_cuda_benchmarks examples
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPLATIPUS_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
   -DPLATIPUS_NATIVE=OFF -DPLATIPUS_BUILD_TESTS=ON -DPLATIPUS_BUILD_EXAMPLES=ON -DPLATIPUS_BUILD_BENCHMARKS=ON
+if cmake --build "$BUILD" --target help | grep distributed_cuda_test >/dev/null; then
+  programs+=(tests/distributed_cuda_test)
+fi
 cmake --build "$BUILD" -j"$JOBS" --target "${programs[@]##*/}"
 
 rm -rf "$DIR"
@@ -37,11 +43,30 @@ for program in "${programs[@]}"; do
   strip --strip-unneeded "$DIR/bin/${program##*/}"
 done
 # The libraries to carry: what the programs load, less the C and C++
-# runtimes and the CUDA driver, runtime, cuBLAS and cuDNN, which the GPU machine has.
+# runtimes and the CUDA driver, runtime, cuBLAS, cuDNN and NCCL, which the GPU
+# machine has (NCCL in PyTorch's packages).
 ldd "$DIR"/bin/* | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
-  grep -Ev '/(ld-linux|libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*)\.so' |
+  grep -Ev '/(ld-linux|libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl)\.so' |
   while read -r library; do cp -L "$library" "$DIR/lib/"; done
+# Open MPI for `mpirun -np 2`, without the network transports a single
+# machine does not use (UCX, libfabric, InfiniBand, PSM) or OpenSHMEM, and
+# with the libraries of what is left that a GPU machine may lack.
+if [[ -d /usr/lib/x86_64-linux-gnu/openmpi && -x /usr/bin/orterun ]]; then
+  ompi=$DIR/openmpi
+  mkdir -p "$ompi/usr/bin" "$ompi/usr/lib/x86_64-linux-gnu" "$ompi/usr/share" "$ompi/lib"
+  cp -L /usr/bin/orterun /usr/bin/orted "$ompi/usr/bin/"
+  ln -s orterun "$ompi/usr/bin/mpirun"
+  cp -rL /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 "$ompi/usr/lib/x86_64-linux-gnu/"
+  cp -rL /usr/share/openmpi "$ompi/usr/share/"
+  find "$ompi" \( -path '*/include*' -o -path '*/pkgconfig*' -o -name '*java*' -o -name '*mpifh*' -o -name '*usempi*' \
+    -o -regex '.*\(ucx\|ofi\|psm\|openib\|verbs\|usnic\|portals\|spml\|sshmem\|scoll\|atomic_\|memheap\|oshmem\|mxm\).*' \) \
+    -prune -exec rm -rf {} +
+  { find "$ompi/usr" -type f \( -name '*.so*' -o -name 'orte*' -o -name orted \) -exec ldd {} + 2>/dev/null || true; } |
+    awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u | grep -Ev '/(openmpi|pmix2)/' |
+    grep -Ev '/(ld-linux|libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libz|libudev)\.so' |
+    while read -r library; do cp -L "$library" "$ompi/lib/"; done
+fi
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes'), built $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release && echo "$PRETTY_NAME"), CUDA architectures $ARCH" \
   >"$DIR/built-from.txt"
-du -sh "$DIR"/bin "$DIR"/lib
+du -sh "$DIR"/*/
 ls "$DIR/lib"

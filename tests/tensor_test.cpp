@@ -70,6 +70,29 @@ TEST_CASE("the block cache rounds up by less than a sixteenth and reuses blocks 
   }
 }
 
+TEST_CASE("a block cache adopts another's free blocks, and the other gives them out no more",
+          "[tensor][memory]") {
+  raw_requests.clear();
+  detail::BlockCache<&counting_allocate, &counting_free> pool;
+  {
+    detail::BlockCache<&counting_allocate, &counting_free> cache;
+    void* a = cache.allocate(1000);
+    void* b = cache.allocate(5000);
+    cache.deallocate(a, 1000);
+    cache.deallocate(b, 5000);
+    pool.adopt_free_blocks(cache);
+    CHECK(pool.allocate(5000) == b);
+    CHECK(pool.allocate(1000) == a);
+    CHECK(raw_requests.size() == 2);
+    void* c = cache.allocate(1000);  // a fresh block: `a` now belongs to the pool
+    CHECK(c != a);
+    CHECK(raw_requests.size() == 3);
+    cache.deallocate(c, 1000);
+    pool.deallocate(a, 1000);
+    pool.deallocate(b, 5000);
+  }  // `cache` frees `c` only; `pool` frees `a` and `b` when it goes
+}
+
 // A block that served a smaller request must not take new pages when a larger
 // one of its class reuses it, or the resident set creeps up step after step.
 TEST_CASE("a CPU block is resident from its first use, so its reuse takes no new memory",

@@ -29,7 +29,8 @@ Modes: torch "loop" (the usual per-task Python loop, eager), torch "vmap"
 (torch.func / functorch vmap over tasks, eager), jax "jit" (jit + vmap).
 
 Prints one JSON line: {"framework", "mode", "algorithm", "network", "device",
-"ms_per_step" (median over repeats), "repeats"}.
+"ms_per_step" (median over repeats), "repeats", "peak_resident_mb" and, on
+the GPU, "peak_device_mb"}.
 """
 import argparse
 import json
@@ -413,6 +414,9 @@ def measure(args):
         import torch
         if args.threads:
             torch.set_num_threads(args.threads)
+        if args.device == "cuda":  # the peak of this workload alone
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
         torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
         timed = torch_timed(torch, args.device, (run_torch_conv if conv else run_torch)(args))
@@ -423,11 +427,24 @@ def measure(args):
     for _ in range(args.warmup):
         timed()
     times = [timed() for _ in range(args.repeats)]
+    device_mb = peak_device_mb(args.framework) if args.device == "cuda" else None
     return {"framework": args.framework, "mode": args.mode, "algorithm": args.algorithm,
             "network": args.network, "device": args.device, "precision": args.precision,
             "batch_norm": args.batch_norm if conv else None,
             "ms_per_step": round(1000 * statistics.median(times), 3), "repeats": args.repeats,
-            "peak_resident_mb": round(peak_resident_mb())}
+            "peak_resident_mb": round(peak_resident_mb()), "peak_device_mb": device_mb}
+
+
+def peak_device_mb(framework):
+    """The GPU memory the framework's allocator has reserved at its peak, comparable with platipus's device_MB:
+    PyTorch's max_memory_reserved since this workload began, JAX's peak_bytes_in_use over the process's life
+    (so one JAX workload per process for its own figure)."""
+    if framework == "torch":
+        import torch
+        return round(torch.cuda.max_memory_reserved() / 1e6)
+    import jax
+    stats = jax.devices()[0].memory_stats() or {}
+    return round(stats["peak_bytes_in_use"] / 1e6) if "peak_bytes_in_use" in stats else None
 
 
 def peak_resident_mb():

@@ -6,6 +6,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "device_memory.hpp"
 #include "platipus/backend/cuda/status.hpp"
 #include "platipus/core/error.hpp"
@@ -71,6 +74,10 @@ void CudaGraph::begin_recording() {
   detail::check_cuda(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeRelaxed),
                      "cudaStreamBeginCapture");
   state_->recording = true;
+  // The thread's cached blocks, free since the eager work before (a warm-up
+  // step), become the pool's: the recording reuses them rather than taking
+  // a second copy of a step's memory. Stream order keeps that work first.
+  state_->pool.adopt_free_blocks(detail::DeviceCache::local());
   detail::recording_pool() = &state_->pool;
   recording_salt = state_->salt;
 }
@@ -100,6 +107,18 @@ std::size_t CudaGraph::nodes() const {
   std::size_t count = 0;
   detail::check_cuda(cudaGraphGetNodes(state_->graph, nullptr, &count), "cudaGraphGetNodes");
   return count;
+}
+
+std::size_t CudaGraph::kernels() const {
+  std::size_t count = nodes();
+  std::vector<cudaGraphNode_t> all(count);
+  if (count > 0)
+    detail::check_cuda(cudaGraphGetNodes(state_->graph, all.data(), &count), "cudaGraphGetNodes");
+  return static_cast<std::size_t>(std::ranges::count_if(all, [](cudaGraphNode_t node) {
+    cudaGraphNodeType type{};
+    detail::check_cuda(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
+    return type == cudaGraphNodeTypeKernel;
+  }));
 }
 
 }  // namespace platipus

@@ -4,7 +4,9 @@
 // platipus::error.
 #include <algorithm>
 #include <limits>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -23,12 +25,32 @@ void throw_cuda_error(cudaError_t status, const char* call) {
   fail(call, "{} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
 }
 
+namespace {
+// The bytes of every live cudaMalloc block, for cuda::allocated_bytes. The
+// caches allocate rarely, so a locked map costs nothing that shows; it is
+// never destroyed, as blocks may be freed at exit after static destructors.
+struct DeviceLedger {
+  std::mutex lock;
+  std::unordered_map<void*, std::size_t> blocks;
+  std::size_t bytes = 0, peak = 0;
+};
+DeviceLedger& ledger() {
+  static auto* const ledger = new DeviceLedger;
+  return *ledger;
+}
+}  // namespace
+
 void* raw_device_allocate(std::size_t bytes) {
   void* p = nullptr;
   if (const cudaError_t status = cudaMalloc(&p, bytes); status != cudaSuccess) {
     cudaGetLastError();  // reset, as throw_cuda_error does
     fail("cudaMalloc", "{} (requested {} bytes)", cudaGetErrorString(status), bytes);
   }
+  DeviceLedger& l = ledger();
+  const std::lock_guard guard(l.lock);
+  l.blocks[p] = bytes;
+  l.bytes += bytes;
+  l.peak = std::max(l.peak, l.bytes);
   return p;
 }
 
@@ -38,6 +60,12 @@ void* raw_device_allocate(std::size_t bytes) {
 // status is ignored.
 void raw_device_free(void* p) {
   cudaFree(p);
+  DeviceLedger& l = ledger();
+  const std::lock_guard guard(l.lock);
+  if (const auto block = l.blocks.find(p); block != l.blocks.end()) {
+    l.bytes -= block->second;
+    l.blocks.erase(block);
+  }
 }
 
 DeviceCache*& recording_pool() {
@@ -113,6 +141,18 @@ void cuda::copy_from_host(void* dst, const void* src, std::size_t bytes) {
   detail::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread),
                      "cudaMemcpyAsync (host to device)");
   synchronize();
+}
+
+std::size_t cuda::allocated_bytes() {
+  detail::DeviceLedger& l = detail::ledger();
+  const std::lock_guard guard(l.lock);
+  return l.bytes;
+}
+
+std::size_t cuda::peak_allocated_bytes() {
+  detail::DeviceLedger& l = detail::ledger();
+  const std::lock_guard guard(l.lock);
+  return l.peak;
 }
 
 void cuda::synchronize() {

@@ -132,10 +132,14 @@ TEMPLATE_TEST_CASE("sum and max reductions match the CPU backend", "[cuda][backe
 TEMPLATE_TEST_CASE("batch norm, its backward and its double backward match the CPU backend",
                    "[cuda][backend]", float, double) {
   using T = TestType;
-  // Groups of 12 elements (fewer than a block's threads) and of 3 x 2,000 (more),
-  // images [T, N, C, H, W] and feature vectors [T, N, F].
-  for (const auto& [shape, positions] : std::vector<std::pair<Shape, int>>{
-           {{2, 3, 4, 2, 2}, 2}, {{1, 3, 2, 40, 50}, 2}, {{3, 7, 5}, 0}}) {
+  // Groups of 12 elements (fewer than a block's 1,024 threads), of 3 x 2,000 and of
+  // 300 x 4 (more, in long and in short runs per image), images [T, N, C, H, W], and
+  // feature vectors [T, N, F], also in more groups than the grid has blocks.
+  for (const auto& [shape, positions] : std::vector<std::pair<Shape, int>>{{{2, 3, 4, 2, 2}, 2},
+                                                                           {{1, 3, 2, 40, 50}, 2},
+                                                                           {{2, 300, 3, 2, 2}, 2},
+                                                                           {{3, 7, 5}, 0},
+                                                                           {{1, 3, 5000}, 0}}) {
     INFO(shape.to_string());
     const Tensor<T> x = normal<T>(shape, 12), g = normal<T>(shape, 13);
     const Shape groups = raw::norm_statistics_shape(shape, positions);

@@ -1,6 +1,8 @@
 // Recorded meta-steps (meta/driver/graphed_step.hpp): a replayed MAML step is the
 // eager step, replays of PLATIPUS draw fresh noise and otherwise are the
 // eager step, and what cannot be recorded or replayed says why.
+#include <thread>
+
 #include "parity.hpp"
 #include "platipus/meta/driver/graphed_step.hpp"
 
@@ -148,6 +150,51 @@ TEST_CASE("learners with default settings run on one host thread and record as a
   model_step.step(batch);
   CHECK(std::isfinite(maml_step.statistics().query_loss));
   CHECK(std::isfinite(model_step.statistics().kl));
+}
+
+TEST_CASE(
+    "a step recorded after an eager warm-up reuses the warm-up's memory, and its kernels are "
+    "counted",
+    "[cuda][graph][memory]") {
+  // Device memory that `work` holds when it calls its argument, on a fresh
+  // thread (whose block cache starts empty).
+  const auto held_by = [](auto work) {
+    std::size_t held = 0;
+    std::thread([&] {
+      const std::size_t before = cuda::allocated_bytes();
+      work([&] {
+        cuda::synchronize();
+        held = cuda::allocated_bytes() - before;
+      });
+    }).join();
+    return held;
+  };
+  const auto model =
+      nn::conv4({.channels = 1, .size = 28, .filters = 16, .blocks = 2, .outputs = 5});
+  const MamlSettings settings{.inner_loop = {.steps = 2}, .driver = {.threads = 1}};
+  using Loss = SoftmaxCrossEntropyLoss;
+  const auto batch = on_device(image_batch<float>(10, 4, 5, 1, 3, 28));
+  const std::size_t eager = held_by([&](auto measure) {
+    Generator init(1), gen(2);
+    Maml<nn::Sequential, Loss, float, cuda> maml(model, Loss{}, settings, init);
+    maml.meta_train_step(batch, gen);
+    maml.meta_train_step(batch, gen);
+    measure();
+  });
+  std::size_t kernels = 0, nodes = 0;
+  const std::size_t recorded = held_by([&](auto measure) {
+    Generator init(1), gen(2);
+    Maml<nn::Sequential, Loss, float, cuda> maml(model, Loss{}, settings, init);
+    GraphedMetaStep step(maml, batch, gen);  // a warm-up step, then the recording
+    step.step(batch);
+    measure();
+    kernels = step.kernels();
+    nodes = step.nodes();
+  });
+  INFO("eager steps hold " << eager << " bytes, the warm-up and the recording " << recorded);
+  CHECK(recorded < eager + eager / 4);  // not a second copy of the step's memory
+  CHECK(kernels > 100);
+  CHECK(kernels <= nodes);
 }
 
 TEST_CASE("what cannot be recorded or replayed throws platipus::error saying why",

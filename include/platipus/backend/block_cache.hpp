@@ -40,6 +40,14 @@ class BlockCache {
     if (p) free_[size_class(bytes)].push_back(p);
   }
 
+  // Takes `other`'s free blocks as this cache's own (to be freed with it).
+  void adopt_free_blocks(BlockCache& other) {
+    for (std::size_t cls = 0; cls < free_.size(); ++cls) {
+      free_[cls].insert(free_[cls].end(), other.free_[cls].begin(), other.free_[cls].end());
+      other.free_[cls].clear();
+    }
+  }
+
   static BlockCache& local() {
     thread_local BlockCache cache;
     return cache;

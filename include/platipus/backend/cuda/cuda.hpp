@@ -50,6 +50,12 @@ struct cuda {
   static void copy_from_host(void* dst, const void* src, std::size_t bytes);
   // Waits for the work this thread has queued.
   static void synchronize();
+  // Device memory the process holds from cudaMalloc (tensors, cuDNN's
+  // workspaces, cached blocks, graph pools; not the CUDA context or cuBLAS's
+  // own workspace), now and at its peak: the peak compares with PyTorch's
+  // torch.cuda.max_memory_reserved.
+  static std::size_t allocated_bytes();
+  static std::size_t peak_allocated_bytes();
 
   // ---- elementwise ----
   template <class T>

@@ -7,8 +7,11 @@
 // while it is made:
 //   * memory: the thread allocates from a pool the graph owns, so the
 //     buffers of a recording's intermediates stay reserved for its replays
-//     and no other tensor is ever given them; tensors made while recording
-//     that the caller keeps are its outputs, rewritten by every replay;
+//     and no other tensor is ever given them (the pool starts with the
+//     blocks the thread had cached, so a step recorded after an eager one
+//     does not hold a second copy of its memory); tensors made while
+//     recording that the caller keeps are its outputs, rewritten by every
+//     replay;
 //   * random numbers: Philox fills mix a 64-bit salt, kept in device memory,
 //     into their stream, and the graph's last node advances the salt, so
 //     each replay draws fresh numbers (distributed as in an eager step, but
@@ -56,6 +59,8 @@ class CudaGraph {
 
   // Kernels, copies and other nodes in the recording.
   std::size_t nodes() const;
+  // The kernel launches among them (cuBLAS's and cuDNN's included).
+  std::size_t kernels() const;
 
  private:
   void begin_recording();

@@ -246,18 +246,30 @@ __global__ void max_pool_kernel(const T* x, T* y, std::int64_t* positions, PoolL
   }
 }
 
-// Batch normalisation (NormLayout): a block per group, looping over groups.
-// Each thread sums its strided share in double, the block combines in a
-// fixed order (group_combine), so a run gives the same bits every time.
-__device__ inline std::int64_t norm_element(const NormLayout& l, std::int64_t o, std::int64_t ch,
-                                            std::int64_t j) {
-  return ((o * l.n + j / l.inner) * l.c + ch) * l.inner + j % l.inner;
-}
+// Batch normalisation (NormLayout): a block of norm_threads per group,
+// looping over groups. Each thread sums its strided share in double, the
+// block combines in a fixed order (group_combine), so a run gives the same
+// bits every time. The blocks are large because there may be few groups
+// (conv4 on 4 tasks x 32 filters: 128 groups of half a million elements),
+// and each SM then has one block's loads in flight.
+constexpr int norm_threads = 1024;
+
+// Element j of the group (o, ch): its n * inner elements lie in n runs of
+// `inner`, one per image, `c * inner` apart. I as in offsets().
+template <class I>
+struct NormGroup {
+  I base, inner, image_stride;
+  __device__ NormGroup(const NormLayout& l, std::int64_t group)
+      : base(static_cast<I>(((group / l.c) * l.n * l.c + group % l.c) * l.inner)),
+        inner(static_cast<I>(l.inner)),
+        image_stride(static_cast<I>(l.c * l.inner)) {}
+  __device__ I operator[](I j) const { return base + (j / inner) * image_stride + j % inner; }
+};
 
 // The block's total of `value`, in every thread.
 __device__ inline double block_total(double value) {
   __shared__ double total;
-  value = group_combine<block_threads>(value, functors::add{});
+  value = group_combine<norm_threads>(value, functors::add{});
   if (threadIdx.x == 0) total = value;
   __syncthreads();
   const double result = total;
@@ -265,50 +277,52 @@ __device__ inline double block_total(double value) {
   return result;
 }
 
-template <class T>
-__global__ void batch_norm_kernel(NormLayout l, const T* x, T epsilon, const T* scale,
-                                  const T* shift, T* x_hat, T* inv_std, T* y) {
-  const std::int64_t m = l.count();
+template <class T, class I>
+__global__ void __launch_bounds__(norm_threads)
+    batch_norm_kernel(NormLayout l, const T* x, T epsilon, const T* scale, const T* shift, T* x_hat,
+                      T* inv_std, T* y) {
+  const I m = static_cast<I>(l.count());
   for (std::int64_t group = blockIdx.x; group < l.groups(); group += gridDim.x) {
-    const std::int64_t o = group / l.c, ch = group % l.c;
+    const NormGroup<I> at(l, group);
     double sum = 0;
-    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) sum += x[norm_element(l, o, ch, j)];
+    for (I j = threadIdx.x; j < m; j += blockDim.x) sum += x[at[j]];
     const T mean = static_cast<T>(block_total(sum) / static_cast<double>(m));
     double squares = 0;
-    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      const T d = x[norm_element(l, o, ch, j)] - mean;
+    for (I j = threadIdx.x; j < m; j += blockDim.x) {
+      const T d = x[at[j]] - mean;
       squares += d * d;
     }
     const T r = static_cast<T>(
         1.0 / sqrt(block_total(squares) / static_cast<double>(m) + static_cast<double>(epsilon)));
     if (threadIdx.x == 0) inv_std[group] = r;
     const T s = scale[group], b = shift[group];
-    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      const std::int64_t at = norm_element(l, o, ch, j);
-      const T normalised = (x[at] - mean) * r;
-      x_hat[at] = normalised;
-      y[at] = normalised * s + b;
+    for (I j = threadIdx.x; j < m; j += blockDim.x) {
+      const I e = at[j];
+      const T normalised = (x[e] - mean) * r;
+      x_hat[e] = normalised;
+      y[e] = normalised * s + b;
     }
   }
 }
 
 // With g_x_hat and g_inv_std (or null), batch_norm's whole gradient
 // (cpu_normalization::backward).
-template <class T>
-__global__ void batch_norm_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std,
-                                           const T* scale, const T* g, const T* g_x_hat,
-                                           const T* g_inv_std, T* dx, T* d_scale, T* d_shift) {
-  const std::int64_t m = l.count();
+template <class T, class I>
+__global__ void __launch_bounds__(norm_threads)
+    batch_norm_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std, const T* scale,
+                               const T* g, const T* g_x_hat, const T* g_inv_std, T* dx, T* d_scale,
+                               T* d_shift) {
+  const I m = static_cast<I>(l.count());
   for (std::int64_t group = blockIdx.x; group < l.groups(); group += gridDim.x) {
-    const std::int64_t o = group / l.c, ch = group % l.c;
+    const NormGroup<I> at(l, group);
     double sum_g = 0, sum_xg = 0, sum_h = 0, sum_xh = 0;
-    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      const std::int64_t at = norm_element(l, o, ch, j);
-      sum_g += g[at];
-      sum_xg += static_cast<double>(x_hat[at]) * g[at];
+    for (I j = threadIdx.x; j < m; j += blockDim.x) {
+      const I e = at[j];
+      sum_g += g[e];
+      sum_xg += static_cast<double>(x_hat[e]) * g[e];
       if (g_x_hat) {
-        sum_h += g_x_hat[at];
-        sum_xh += static_cast<double>(x_hat[at]) * g_x_hat[at];
+        sum_h += g_x_hat[e];
+        sum_xh += static_cast<double>(x_hat[e]) * g_x_hat[e];
       }
     }
     const double total_g = block_total(sum_g), total_xg = block_total(sum_xg);
@@ -324,32 +338,32 @@ __global__ void batch_norm_backward_kernel(NormLayout l, const T* x_hat, const T
     const T mean_xh = static_cast<T>(total_xh / static_cast<double>(m));
     const T r = inv_std[group], rs = r * scale[group];
     const T by_inv_std = g_inv_std ? g_inv_std[group] * (r * r) * (T(-1) / T(m)) : T(0);
-    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      const std::int64_t at = norm_element(l, o, ch, j);
-      T d = rs * (g[at] - mean_g - x_hat[at] * mean_xg);
-      if (g_x_hat) d = d + r * (g_x_hat[at] - mean_h - x_hat[at] * mean_xh);
-      if (g_inv_std) d = d + x_hat[at] * by_inv_std;
-      dx[at] = d;
+    for (I j = threadIdx.x; j < m; j += blockDim.x) {
+      const I e = at[j];
+      T d = rs * (g[e] - mean_g - x_hat[e] * mean_xg);
+      if (g_x_hat) d = d + r * (g_x_hat[e] - mean_h - x_hat[e] * mean_xh);
+      if (g_inv_std) d = d + x_hat[e] * by_inv_std;
+      dx[e] = d;
     }
   }
 }
 
 // batch_norm_backward's own gradients (cpu_normalization::double_backward).
-template <class T>
-__global__ void batch_norm_double_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std,
-                                                  const T* scale, const T* g, const T* sum_xg,
-                                                  const T* sum_g, const T* h, const T* k,
-                                                  const T* u, T* d_x_hat, T* d_inv_std, T* d_scale,
-                                                  T* d_g) {
-  const std::int64_t m = l.count();
+template <class T, class I>
+__global__ void __launch_bounds__(norm_threads)
+    batch_norm_double_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std,
+                                      const T* scale, const T* g, const T* sum_xg, const T* sum_g,
+                                      const T* h, const T* k, const T* u, T* d_x_hat, T* d_inv_std,
+                                      T* d_scale, T* d_g) {
+  const I m = static_cast<I>(l.count());
   for (std::int64_t group = blockIdx.x; group < l.groups(); group += gridDim.x) {
-    const std::int64_t o = group / l.c, ch = group % l.c;
+    const NormGroup<I> at(l, group);
     double sum_h = 0, sum_xh = 0, sum_hg = 0;
-    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      const std::int64_t at = norm_element(l, o, ch, j);
-      sum_h += h[at];
-      sum_xh += static_cast<double>(x_hat[at]) * h[at];
-      sum_hg += static_cast<double>(h[at]) * g[at];
+    for (I j = threadIdx.x; j < m; j += blockDim.x) {
+      const I e = at[j];
+      sum_h += h[e];
+      sum_xh += static_cast<double>(x_hat[e]) * h[e];
+      sum_hg += static_cast<double>(h[e]) * g[e];
     }
     const double a = block_total(sum_h), x = block_total(sum_xh), hg = block_total(sum_hg);
     const double bracket = hg - (a * sum_g[group] + x * sum_xg[group]) / static_cast<double>(m);
@@ -362,10 +376,10 @@ __global__ void batch_norm_double_backward_kernel(NormLayout l, const T* x_hat, 
     const T mean_xh = static_cast<T>(x / static_cast<double>(m));
     const T mean_xg = static_cast<T>(sum_xg[group] / static_cast<double>(m));
     const T kg = k[group], ug = u[group];
-    for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-      const std::int64_t at = norm_element(l, o, ch, j);
-      d_g[at] = rs * (h[at] - mean_h - x_hat[at] * mean_xh) + x_hat[at] * kg + ug;
-      d_x_hat[at] = g[at] * kg - rs * (h[at] * mean_xg + g[at] * mean_xh);
+    for (I j = threadIdx.x; j < m; j += blockDim.x) {
+      const I e = at[j];
+      d_g[e] = rs * (h[e] - mean_h - x_hat[e] * mean_xh) + x_hat[e] * kg + ug;
+      d_x_hat[e] = g[e] * kg - rs * (h[e] * mean_xg + g[e] * mean_xh);
     }
   }
 }
@@ -579,21 +593,36 @@ void cuda::max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* posit
                        n);
 }
 
+namespace cuda_kernels {
+// A norm_threads block per group of `l` (up to the cap): `narrow`, the kernel
+// with 32-bit element offsets, where every offset fits, else `wide`.
+template <class... Params, class... Args>
+void launch_per_group(const char* name, const NormLayout& l, void (*narrow)(Params...),
+                      void (*wide)(Params...), const Args&... args) {
+  if (l.numel() <= 0) return;
+  const auto blocks = static_cast<unsigned>(std::min(l.groups(), max_blocks));
+  const auto kernel = l.numel() <= std::numeric_limits<std::int32_t>::max() ? narrow : wide;
+  kernel<<<blocks, norm_threads, 0, cudaStreamPerThread>>>(l, args...);
+  detail::check_cuda(cudaGetLastError(), name);
+}
+}  // namespace cuda_kernels
+
 template <class T>
 void cuda::batch_norm(const NormLayout& l, const T* x, T epsilon, const T* scale, const T* shift,
                       T* x_hat, T* inv_std, T* y) {
-  cuda_kernels::launch("cuda::batch_norm", l.groups() * cuda_kernels::block_threads,
-                       cuda_kernels::batch_norm_kernel<T>, l, x, epsilon, scale, shift, x_hat,
-                       inv_std, y);
+  using namespace cuda_kernels;
+  launch_per_group("cuda::batch_norm", l, batch_norm_kernel<T, std::int32_t>,
+                   batch_norm_kernel<T, std::int64_t>, x, epsilon, scale, shift, x_hat, inv_std, y);
 }
 
 template <class T>
 void cuda::batch_norm_backward(const NormLayout& l, const T* x_hat, const T* inv_std,
                                const T* scale, const T* g, const T* g_x_hat, const T* g_inv_std,
                                T* dx, T* d_scale, T* d_shift) {
-  cuda_kernels::launch("cuda::batch_norm_backward", l.groups() * cuda_kernels::block_threads,
-                       cuda_kernels::batch_norm_backward_kernel<T>, l, x_hat, inv_std, scale, g,
-                       g_x_hat, g_inv_std, dx, d_scale, d_shift);
+  using namespace cuda_kernels;
+  launch_per_group("cuda::batch_norm_backward", l, batch_norm_backward_kernel<T, std::int32_t>,
+                   batch_norm_backward_kernel<T, std::int64_t>, x_hat, inv_std, scale, g, g_x_hat,
+                   g_inv_std, dx, d_scale, d_shift);
 }
 
 template <class T>
@@ -601,9 +630,11 @@ void cuda::batch_norm_double_backward(const NormLayout& l, const T* x_hat, const
                                       const T* scale, const T* g, const T* sum_xg, const T* sum_g,
                                       const T* h, const T* k, const T* u, T* d_x_hat, T* d_inv_std,
                                       T* d_scale, T* d_g) {
-  cuda_kernels::launch("cuda::batch_norm_double_backward", l.groups() * cuda_kernels::block_threads,
-                       cuda_kernels::batch_norm_double_backward_kernel<T>, l, x_hat, inv_std, scale,
-                       g, sum_xg, sum_g, h, k, u, d_x_hat, d_inv_std, d_scale, d_g);
+  using namespace cuda_kernels;
+  launch_per_group("cuda::batch_norm_double_backward", l,
+                   batch_norm_double_backward_kernel<T, std::int32_t>,
+                   batch_norm_double_backward_kernel<T, std::int64_t>, x_hat, inv_std, scale, g,
+                   sum_xg, sum_g, h, k, u, d_x_hat, d_inv_std, d_scale, d_g);
 }
 
 template <class T>

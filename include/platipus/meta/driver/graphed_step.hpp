@@ -90,6 +90,8 @@ class GraphedMetaStep {
 
   // Kernels, copies and other nodes in the recording.
   std::size_t nodes() const { return graph_->nodes(); }
+  // The kernel launches among them: what one replayed meta-step costs.
+  std::size_t kernels() const { return graph_->kernels(); }
 
  private:
   static constexpr const char* names[] = {"support x", "support y", "query x", "query y"};
