@@ -33,6 +33,7 @@
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
 #include "platipus/io/settings_json.hpp"
+#include "platipus/io/training_state.hpp"
 #include "platipus/platipus.hpp"
 #include "temporary_directory.hpp"
 

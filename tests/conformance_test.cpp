@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "derivative_checks.hpp"
 #include "platipus/io/checkpoint.hpp"
+#include "platipus/io/training_state.hpp"
 #include "platipus/platipus.hpp"
 #include "temporary_directory.hpp"
 
@@ -30,11 +32,18 @@ Network network(std::int64_t hidden = 6) {
 }
 
 // The settings the cases share: two inner steps, `threads` threads and the
-// cut `chunks`, and a given inner loop where a test needs another.
+// cut `chunks`, a given inner loop where a test needs another, and the
+// meta-steps over which schedules anneal (the meta learning rate; PLATIPUS's
+// KL weight), 0 for none.
 struct Common {
   int threads = 1, chunks = 0;
   InnerLoop inner_loop{.steps = 2, .learning_rate = 0.02};
-  DriverSettings driver() const { return {.threads = threads, .task_chunks = chunks}; }
+  int anneal_steps = 0;
+  DriverSettings driver() const {
+    return {.meta_optimizer = {.annealing_steps = anneal_steps},
+            .threads = threads,
+            .task_chunks = chunks};
+  }
 };
 
 // A case: the learner of one objective on a scalar type, its settings from
@@ -92,6 +101,7 @@ struct PlatipusCase {
             MseLoss{},
             {.inner_loop = c.inner_loop,
              .kl_weight = 0.5,
+             .kl_anneal_steps = c.anneal_steps,
              .initial_prior_variance = 0.05,
              .initial_posterior_variance = 0.02,
              .initial_gamma_p = 0.03,
@@ -125,6 +135,16 @@ template <class Learner>
 auto state_values(const Learner& learner) {
   std::vector<std::vector<typename io::StateTensor<Learner>::value_type>> values;
   for (const auto& [name, tensor] : learner.state()) values.push_back(tensor->to_vector());
+  return values;
+}
+
+// Meta-parameters, the meta-optimiser's moments and its step number.
+template <class Learner>
+auto training_values(const Learner& learner) {
+  std::vector<std::pair<std::string, std::vector<typename io::StateTensor<Learner>::value_type>>>
+      values;
+  for (const auto& [name, tensor] : learner.training_state())
+    values.emplace_back(name, tensor->to_vector());
   return values;
 }
 
@@ -180,6 +200,41 @@ TEMPLATE_LIST_TEST_CASE("every objective's checkpoint restores its meta-paramete
     const auto before = state_values(wider);
     CHECK_THROWS_WITH(io::load(path, wider), Contains(path.string()) && Contains("architecture"));
     CHECK(state_values(wider) == before);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "every objective resumed from its training state trains the same bits as a run that never "
+    "stopped, schedules included, on 1 and 2 threads",
+    "[conformance][checkpoint][resume]", Objectives) {
+  const data::SinusoidLineSampler<float> sampler({.support = 4, .query = 4});
+  TemporaryDirectory dir;
+  const auto path = dir / "run.safetensors";
+  for (const int threads : {1, 2}) {
+    INFO(threads << " threads");
+    // Schedules that still anneal at the stop: the meta learning rate, PLATIPUS's KL
+    // weight and MAML++'s multi-step loss weights all change from step to step.
+    const Common common{.threads = threads, .chunks = 3, .anneal_steps = 10};
+    Generator init(1), gen(2);
+    auto straight = TestType::template make<float>(common, init);
+    for (int step = 0; step < 6; ++step) straight.meta_train_step(sampler.sample(5, gen), gen);
+
+    Generator first_init(1), first_gen(2);
+    auto first = TestType::template make<float>(common, first_init);
+    for (int step = 0; step < 3; ++step)
+      first.meta_train_step(sampler.sample(5, first_gen), first_gen);
+    io::save_training_state(path, first, first_gen, {{"run", "resume test"}});
+
+    Generator other(9);
+    auto resumed = TestType::template make<float>(common, other);
+    auto [resumed_gen, metadata] = io::load_training_state(path, resumed);
+    CHECK(metadata == nlohmann::json{{"run", "resume test"}});
+    CHECK(resumed.steps() == 3);
+    CHECK(training_values(resumed) == training_values(first));
+    for (int step = 0; step < 3; ++step)
+      resumed.meta_train_step(sampler.sample(5, resumed_gen), resumed_gen);
+    CHECK(resumed_gen.counter() == gen.counter());
+    CHECK(training_values(resumed) == training_values(straight));
   }
 }
 

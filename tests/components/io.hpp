@@ -156,6 +156,72 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a training state refuses what cannot resume with the same bits, naming the file",
+          "[components][io][checkpoint][resume]") {
+  TemporaryDirectory dir;
+  const auto path = dir / "run.safetensors";
+  Generator init(57), gen(58);
+  FloatMaml maml(tiny(), MseLoss{}, {.inner_loop = {.steps = 1}, .driver = {.threads = 1}}, init);
+  maml.meta_train_step(data::SinusoidLineSampler<float>().sample(2, gen), gen);
+  Generator other_init(59);
+  FloatMaml other(tiny(), MseLoss{}, {.driver = {.threads = 1}}, other_init);
+  const auto before = other.parameters().to_vector();
+  const nlohmann::json position{{"seed", 1}, {"stream", 0}, {"counter", 0}};
+  SECTION("meta-parameters alone, as io::save writes them") {
+    io::save(path, maml);
+    CHECK_THROWS_WITH(io::load_training_state(path, other),
+                      Contains(path.string()) && Contains("no training state"));
+  }
+  SECTION("a step count that is not the optimiser's") {
+    io::save_checkpoint(path, maml.model().layout(), maml.training_state(),
+                        {{"training_state", {{"steps", 5}, {"generator", position}}}});
+    CHECK_THROWS_WITH(io::load_training_state(path, other),
+                      Contains(path.string()) && Contains("5 steps") && Contains("adam.step"));
+  }
+  SECTION("a generator position that is missing") {
+    io::save_checkpoint(path, maml.model().layout(), maml.training_state(),
+                        {{"training_state", {{"steps", 1}}}});
+    CHECK_THROWS_WITH(io::load_training_state(path, other),
+                      Contains(path.string()) && Contains("\"seed\""));
+  }
+  SECTION("moments missing from a state past its first step") {
+    io::save_checkpoint(path, maml.model().layout(), maml.state(),
+                        {{"training_state", {{"steps", 1}, {"generator", position}}}});
+    CHECK_THROWS_WITH(io::load_training_state(path, other),
+                      Contains(path.string()) && Contains("adam.first/theta"));
+  }
+  SECTION("another architecture") {
+    io::save_training_state(path, maml, gen);
+    FloatMaml wider(tiny(9), MseLoss{}, {.driver = {.threads = 1}}, other_init);
+    CHECK_THROWS_WITH(io::load_training_state(path, wider),
+                      Contains(path.string()) && Contains("architecture"));
+  }
+  CHECK(other.parameters().to_vector() == before);  // all or nothing
+  CHECK(other.steps() == 0);
+  CHECK_THROWS_WITH(io::save_training_state(path, maml, gen, {{"training_state", 1}}),
+                    Contains(path.string()) && Contains("training_state"));
+}
+
+TEST_CASE("a training state saved before the first step resumes as a fresh optimiser",
+          "[components][io][checkpoint][resume]") {
+  TemporaryDirectory dir;
+  const auto path = dir / "run.safetensors";
+  Generator init(60), gen(61, 3);
+  FloatMaml maml(tiny(), MseLoss{}, {.driver = {.threads = 1}}, init);
+  gen.bits();
+  io::save_training_state(path, maml, gen);
+  Generator other_init(62);
+  FloatMaml restored(tiny(), MseLoss{}, {.driver = {.threads = 1}}, other_init);
+  const auto resumed = io::load_training_state(path, restored);
+  CHECK(same(restored.parameters(), maml.parameters()));
+  CHECK(restored.steps() == 0);
+  CHECK(restored.training_state().size() == 1);
+  CHECK(resumed.generator.seed() == 61);
+  CHECK(resumed.generator.stream() == 3);
+  CHECK(resumed.generator.counter() == 1);
+  CHECK(resumed.metadata == nlohmann::json::object());
+}
+
 TEST_CASE("a set of learners saves in one checkpoint under their names and loads all or none",
           "[components][io][checkpoint]") {
   using Set = LearnerSet<FloatMaml, FloatPlatipus>;

@@ -103,8 +103,9 @@ PLATIPUS_HD inline std::uint64_t task_stream(const TaskStreams& s, std::int64_t 
 // with `reserve`, so consecutive fills never share counters.
 class Generator {
  public:
-  explicit Generator(std::uint64_t seed = 0, std::uint64_t stream = 0)
-      : seed_(seed), stream_(stream) {}
+  // `counter`: the position to start from, as counter() gave it (a resumed run).
+  explicit Generator(std::uint64_t seed = 0, std::uint64_t stream = 0, std::uint64_t counter = 0)
+      : seed_(seed), stream_(stream), counter_(counter) {}
 
   std::uint64_t seed() const { return seed_; }
   std::uint64_t stream() const { return stream_; }
@@ -150,7 +151,7 @@ class Generator {
   }
 
  private:
-  std::uint64_t seed_, stream_, counter_ = 0;
+  std::uint64_t seed_, stream_, counter_;
 };
 
 }  // namespace platipus

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <span>
 #include <vector>
 
 #include "platipus/tensor/elementwise.hpp"
@@ -98,10 +99,63 @@ class Adam {
 
   // Steps taken so far (reads backend memory: on CUDA, waits for the device).
   int steps() const { return first_.empty() ? 0 : static_cast<int>(count_.item()); }
+
+  // What the next step depends on besides the settings, for a checkpoint
+  // that resumes training (io/training_state.hpp): each parameter's first
+  // moment, then each one's second, then the step number ([1]); empty
+  // before the first step.
+  std::vector<const Tensor<T, B>*> state() const {
+    std::vector<const Tensor<T, B>*> out;
+    for (const auto* moments : {&first_, &second_})
+      for (const auto& m : *moments) out.push_back(&m);
+    if (!first_.empty()) out.push_back(&count_);
+    return out;
+  }
+  // Restores what state() gave for parameters of `shapes` (nothing: as
+  // before the first step). Existing buffers are written in place, so that a
+  // recorded CUDA graph that reads them stays valid.
+  void set_state(std::vector<Tensor<T, B>> values, std::span<const Shape> shapes) {
+    const std::size_t n = shapes.size();
+    check(values.empty() || values.size() == 2 * n + 1, "Adam::set_state",
+          "{} tensors for {} parameters (2 x {} moments and the step number, or none)",
+          values.size(), n, n);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const Shape expected = i < 2 * n ? shapes[i % n] : Shape{1};
+      check(values[i].shape() == expected, "Adam::set_state", "tensor {} is {}, expected {}", i,
+            values[i].shape(), expected);
+    }
+    if (values.empty()) {
+      first_.clear();
+      second_.clear();
+      count_ = {};
+      return;
+    }
+    const bool in_place = first_.size() == n;
+    if (!in_place) {
+      first_.clear();
+      second_.clear();
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      restore(first_, i, std::move(values[i]), in_place);
+      restore(second_, i, std::move(values[n + i]), in_place);
+    }
+    if (in_place)
+      B::copy(count_.data(), values[2 * n].data(), count_.bytes());
+    else
+      count_ = std::move(values[2 * n]);
+  }
   const AdamSettings& settings() const { return settings_; }
   AdamSettings& settings() { return settings_; }  // e.g. to decay the learning rate
 
  private:
+  static void restore(std::vector<Tensor<T, B>>& moments, std::size_t i, Tensor<T, B> value,
+                      bool in_place) {
+    if (in_place)
+      B::copy(moments[i].data(), value.data(), value.bytes());
+    else
+      moments.push_back(std::move(value));
+  }
+
   AdamSettings settings_;
   std::vector<Tensor<T, B>> first_, second_;
   Tensor<T, B> count_;  // [1], the step number t

@@ -12,6 +12,7 @@
 // training machinery, and Stan Math's of a log density from the sampler.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstdint>
@@ -326,6 +327,54 @@ class MetaLearner : public O::Names {
     fail(fmt::format("{}::set_state", O::name), "unknown meta-parameter '{}'", name);
   }
 
+  // Everything the next meta-step depends on besides its batch and generator,
+  // for a checkpoint that resumes training (io/training_state.hpp): state(),
+  // then the meta-optimiser's moments ("adam.first/theta", ...,
+  // "adam.second/theta", ...) and step number ("adam.step"), which every
+  // schedule derives from; no optimiser entries before the first step.
+  std::vector<std::pair<std::string, const Tensor<T, B>*>> training_state() const {
+    auto out = state();
+    const auto optimizer = optimizer_.state();
+    for (std::size_t i = 0; i < optimizer.size(); ++i)
+      out.emplace_back(optimizer_entry(i), optimizer[i]);
+    return out;
+  }
+  // Restores what training_state() gave, by name; without the optimiser's
+  // entries, the optimiser starts again as before the first step.
+  void set_training_state(std::vector<std::pair<std::string, Tensor<T, B>>> values) {
+    const std::string who = fmt::format("{}::set_training_state", O::name);
+    std::array<Shape, O::part_count> shapes;
+    for (std::size_t i = 0; i < shapes.size(); ++i) shapes[i] = parts_[i].shape();
+    std::vector<Tensor<T, B>> optimizer;
+    Parts parts;
+    std::array<bool, O::part_count> given{};
+    for (auto& [name, value] : values) {
+      const auto part = std::ranges::find(O::part_names, name);
+      if (part != O::part_names.end()) {
+        const auto i = static_cast<std::size_t>(part - O::part_names.begin());
+        check(value.shape() == shapes[i], who, "{} must be {}, got {}", name, shapes[i],
+              value.shape());
+        parts[i] = std::move(value);
+        given[i] = true;
+      } else {
+        check(name == optimizer_entry(optimizer.size()), who,
+              "unexpected '{}' (expected '{}' next)", name, optimizer_entry(optimizer.size()));
+        optimizer.push_back(std::move(value));
+      }
+    }
+    for (std::size_t i = 0; i < given.size(); ++i)
+      check(given[i], who, "no value for {}", O::part_names[i]);
+    optimizer_.set_state(std::move(optimizer), shapes);
+    parts_ = std::move(parts);
+  }
+
+  // The names of the meta-optimiser's entries in training_state(), in order.
+  static std::vector<std::string> optimizer_state_names() {
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i <= 2 * O::part_count; ++i) names.push_back(optimizer_entry(i));
+    return names;
+  }
+
   const Tensor<T, B>& part(Part p) const { return parts_[static_cast<std::size_t>(p)]; }
   void set_part(Part p, Tensor<T, B> value) {
     auto& current = parts_[static_cast<std::size_t>(p)];
@@ -352,6 +401,13 @@ class MetaLearner : public O::Names {
   Schedule current_schedule() const { return objective_.schedule(steps_reader()); }
 
  private:
+  // The name of the optimiser's i-th state tensor (optim::Adam::state's order).
+  static std::string optimizer_entry(std::size_t i) {
+    const std::size_t n = O::part_count;
+    if (i >= 2 * n) return "adam.step";
+    return fmt::format("adam.{}/{}", i < n ? "first" : "second", O::part_names[i % n]);
+  }
+
   // "<objective>::<method>" for the messages of the method a user called.
   enum class Method { meta_train_step, meta_gradient, evaluate };
   static const std::string& who(Method method) {
