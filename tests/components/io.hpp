@@ -768,6 +768,40 @@ TEST_CASE("MetricsLog quotes CSV cells that hold a comma or a quote", "[componen
   }
 }
 
+TEST_CASE("MetricsLog resumes a stopped run's files at its saved row count, dropping later rows",
+          "[components][io][metrics][resume]") {
+  TemporaryDirectory stopped, straight;
+  const auto row = [](int step) {
+    nlohmann::json r{{"learner", "maml"}, {"step", step}, {"query_loss", 1.0 / step}};
+    if (step >= 3) r["kl"] = 0.25 * step;  // a column that appears later
+    return r;
+  };
+  {
+    io::MetricsLog log(stopped.path(), "train");
+    for (int step = 1; step <= 5; ++step) log.record(row(step));
+  }
+  std::ofstream(stopped / "train.jsonl", std::ios::app) << "{\"learner\": \"ma";  // torn by a kill
+  io::MetricsLog resumed(stopped.path(), "train");
+  resumed.resume(3);
+  CHECK(resumed.rows().size() == 3);
+  for (int step = 4; step <= 6; ++step) resumed.record(row(step));
+  io::MetricsLog log(straight.path(), "train");
+  for (int step = 1; step <= 6; ++step) log.record(row(step));
+  CHECK(slurp(stopped / "train.jsonl") == slurp(straight / "train.jsonl"));
+  CHECK(slurp(stopped / "train.csv") == slurp(straight / "train.csv"));
+
+  SECTION("and refuses files with fewer rows, or a row that is not an object, naming the file") {
+    io::MetricsLog again(stopped.path(), "train");
+    CHECK_THROWS_WITH(again.resume(9), Contains("train.jsonl") && Contains("6 complete rows") &&
+                                           Contains("had written 9"));
+    std::ofstream(stopped / "train.jsonl", std::ios::app) << "[1, 2]\n";
+    CHECK_THROWS_WITH(again.resume(7), Contains("train.jsonl") && Contains("line 7"));
+    TemporaryDirectory empty;
+    io::MetricsLog missing(empty.path(), "train");
+    CHECK_THROWS_WITH(missing.resume(1), Contains("train.jsonl"));
+  }
+}
+
 TEST_CASE("MetricsLog puts each row on disk as it is recorded, so a run that stops keeps them",
           "[components][io][metrics]") {
   TemporaryDirectory dir;

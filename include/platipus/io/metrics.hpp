@@ -3,7 +3,8 @@
 // (a divergence, a kill) keeps every row up to that point. A row is appended
 // with one write; the CSV is rewritten atomically only when a row brings a
 // new column, so a reader (a plot script, a second terminal) never sees a
-// torn line or a header that does not match the rows.
+// torn line or a header that does not match the rows. resume() takes up the
+// files of a run that stopped, at the row count its training state saved.
 #pragma once
 
 #include <algorithm>
@@ -49,6 +50,40 @@ class MetricsLog {
     } else {
       append(csv_, csv_row(row));
     }
+  }
+
+  // Takes up the files of a run that stopped, keeping their first `rows`
+  // rows (those its training state counted; later ones, and a line torn by a
+  // kill, are dropped and will be recomputed, never duplicated). Both files
+  // are rewritten atomically. Throws naming the file when it holds fewer
+  // rows or a line that is not a JSON object.
+  void resume(std::size_t rows) {
+    columns_.clear();
+    rows_.clear();
+    if (rows == 0) return;  // the next record starts the files afresh
+    const std::string text = read_file(jsonl_);
+    std::string kept;
+    std::size_t start = 0;
+    while (rows_.size() < rows) {
+      const std::size_t end = text.find('\n', start);
+      check(end != std::string::npos, "MetricsLog::resume",
+            "{} holds {} complete rows, but the run to resume had written {}", jsonl_.string(),
+            rows_.size(), rows);
+      const std::string line = text.substr(start, end - start);
+      auto row = nlohmann::json::parse(line, nullptr, false);
+      check(row.is_object(), "MetricsLog::resume", "{}, line {}: not a JSON object: {}",
+            jsonl_.string(), rows_.size() + 1, line);
+      for (const auto& [key, value] : row.items())
+        if (std::find(columns_.begin(), columns_.end(), key) == columns_.end())
+          columns_.push_back(key);
+      rows_.push_back(std::move(row));
+      kept += line + "\n";
+      start = end + 1;
+    }
+    write_file_atomically(jsonl_, kept);
+    std::string csv = header();
+    for (const auto& r : rows_) csv += csv_row(r);
+    write_file_atomically(csv_, csv);
   }
 
   const std::vector<nlohmann::json>& rows() const { return rows_; }
