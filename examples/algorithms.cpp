@@ -106,7 +106,6 @@ int main(int argc, char** argv) {
   try {
     world();  // the ranks first: under NCCL each picks its GPU before other CUDA work
     options.threads = per_rank(options).threads;
-    if (!eval_only) announce_ranks(options);
     const fs::path dir(out);
     auto algorithms = make_algorithms(chosen, options);
     const nlohmann::json record_of_options = with_learners(options.json(), algorithms);
@@ -118,25 +117,17 @@ int main(int argc, char** argv) {
       // diverged algorithm is a result, not the end of the run; it is
       // neither scored nor saved.
       check_memory(options, paper_network().layout().size());
-      io::MetricsLog log(dir, "train");
       const Sampler sampler({.support = options.support, .query = options.query});
-      algorithms.for_each([&](const std::string& name, auto& learner) {
-        learner.distribute(shared_world());
-        try {
-          const double seconds =
-              train_learner(log, name, learner, sampler, options, stream::maml_tasks);
-          results[name]["meta_step_ms"] = 1000 * seconds / static_cast<double>(options.steps);
-        } catch (const divergence& e) {
-          fmt::print(stderr, "{}\n", e.what());
-          results[name] = {{"diverged", e.what()}};
-        }
-      });
-      for (const auto& [name, result] : results.items())
-        if (result.contains("diverged")) algorithms.erase(name);
+      const fs::path path = checkpoint_file(checkpoint, dir);
+      const auto outcome =
+          train(algorithms, sampler, options, dir, {path, record_of_options},
+                [](const std::string&) { return stream::maml_tasks; }, true);
       if (!is_root()) return 0;  // the other ranks of a distributed run only train
+      for (const auto& [name, why] : outcome.diverged) results[name] = {{"diverged", why}};
+      for (const auto& [name, seconds] : outcome.seconds)
+        if (algorithms.contains(name))
+          results[name]["meta_step_ms"] = 1000 * seconds / static_cast<double>(options.steps);
       if (!algorithms.empty()) {
-        const fs::path path = checkpoint_file(checkpoint, dir);
-        io::save(path, algorithms, {{"options", record_of_options}, {"run_id", run_id()}});
         trained = {{"file", path.string()}, {"run_id", run_id()}};
         fmt::print(stderr, "saved {}\n", path.string());
       }

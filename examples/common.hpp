@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,18 +32,21 @@ namespace examples {
 namespace fs = std::filesystem;
 
 // A one-line progress display on stderr: redrawn in place on a terminal,
-// printed every tenth of the way otherwise (logs, CI).
+// printed every tenth of the way otherwise (logs, CI). A resumed run's
+// display starts at the step it goes on from.
 class Progress {
  public:
-  Progress(std::string label, long total)
+  Progress(std::string label, long total, long first = 0)
       : label_(std::move(label)),
         total_(total),
+        first_(first),
         start_(Clock::now()),
         tty_(::isatty(STDERR_FILENO) != 0) {}
 
   void update(long done, const std::string& status) {
     const double elapsed = seconds();
-    const double per_step = done > 0 ? elapsed / static_cast<double>(done) : 0;
+    const double per_step =
+        done > first_ ? elapsed / static_cast<double>(done - first_) : 0;
     const std::string line =
         fmt::format("[{}] {}/{}  {}  {:.2f} ms/step  eta {:.0f} s", label_, done, total_, status,
                     1000 * per_step, per_step * static_cast<double>(total_ - done));
@@ -60,7 +64,7 @@ class Progress {
  private:
   using Clock = std::chrono::steady_clock;
   std::string label_;
-  long total_;
+  long total_, first_;
   Clock::time_point start_;
   bool tty_;
   long last_tenth_ = -1;
@@ -173,12 +177,24 @@ inline void plot(const std::string& script, const fs::path& out) {
     fmt::print(stderr, "the plot script failed: {}\n", command);
 }
 
+// A run stopped by SIGINT or SIGTERM after saving its checkpoint: every
+// rank stops at the same step, so none is left waiting.
+struct Stopped : std::runtime_error {
+  Stopped(const std::string& what, int signal) : std::runtime_error(what), signal(signal) {}
+  int signal;
+};
+
 // For main's catch (...): prints the exception in flight as one line on
 // stderr, "program: what went wrong", and returns the exit status 1. Under
-// MPI it then ends every rank (MPI_Abort), so none waits for this one.
+// MPI it then ends every rank (MPI_Abort), so none waits for this one. A
+// stopped run instead returns the shell's status for its signal (130 for
+// SIGINT, 143 for SIGTERM), every rank for itself.
 inline int report_failure(std::string_view program) {
   try {
     throw;
+  } catch (const Stopped& e) {
+    if (is_root()) fmt::print(stderr, "{}: {}\n", program, e.what());
+    return 128 + e.signal;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr,
                "{}: out of memory (a smaller --meta-batch, --support, --samples or --eval-tasks "
@@ -239,8 +255,10 @@ struct RunFlags {
     app.add_option("--checkpoint", checkpoint,
                    "checkpoint file to write (default DIR/checkpoint.safetensors) or, with "
                    "--eval-only, to read");
-    app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint and evaluate")
-        ->needs(app.get_option("--checkpoint"));
+    auto* evaluate = app.add_flag("--eval-only", eval_only,
+                                  "skip training: load --checkpoint and evaluate")
+                         ->needs(app.get_option("--checkpoint"));
+    if (auto* resume = app.get_option_no_throw("--resume")) evaluate->excludes(resume);
     app.add_option("--eval-tasks", eval_tasks, "held-out tasks for the reported scores")
         ->check(CLI::Range(1L, 100'000L));
     app.add_option("--samples", samples, "samples per task of PLATIPUS and MAML + noise")

@@ -26,10 +26,14 @@
 #include <utility>
 #include <vector>
 
+#include <csignal>
+
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "derivative_checks.hpp"
+#include "platipus/core/stop_signals.hpp"
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
 #include "platipus/io/settings_json.hpp"

@@ -222,6 +222,67 @@ TEST_CASE("a training state saved before the first step resumes as a fresh optim
   CHECK(resumed.metadata == nlohmann::json::object());
 }
 
+TEST_CASE("a set's training state saves under the learners' names and resumes each one",
+          "[components][io][checkpoint][resume]") {
+  using Set = LearnerSet<FloatMaml, FloatPlatipus>;
+  TemporaryDirectory dir;
+  const auto path = dir / "set.safetensors";
+  auto make = [](std::uint64_t seed) {
+    Set set;
+    Generator maml_init(seed), platipus_init(seed + 1);
+    set.add("maml", FloatMaml(tiny(), MseLoss{}, {.driver = {.threads = 1}}, maml_init));
+    set.add("platipus",
+            FloatPlatipus(tiny(), MseLoss{}, {.driver = {.threads = 1}}, platipus_init));
+    return set;
+  };
+  Set trained = make(60);
+  Generator gen(61, 2);
+  auto& maml = trained.get<FloatMaml>("maml");
+  for (int step = 0; step < 2; ++step)
+    maml.meta_train_step(data::SinusoidLineSampler<float>().sample(2, gen), gen);
+  io::save_training_state(path, trained, gen, {{"run", "set"}});  // PLATIPUS not yet started
+
+  Set restored = make(70);
+  const auto resumed = io::load_training_state(path, restored);
+  CHECK(resumed.metadata == nlohmann::json{{"run", "set"}});
+  CHECK(resumed.generator.counter() == gen.counter());
+  CHECK(resumed.generator.stream() == 2);
+  const auto& again = restored.get<FloatMaml>("maml");
+  CHECK(again.steps() == 2);
+  const auto a = maml.training_state(), b = again.training_state();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(same(*a[i].second, *b[i].second));
+  CHECK(restored.get<FloatPlatipus>("platipus").steps() == 0);
+  CHECK(same(restored.get<FloatPlatipus>("platipus").part(FloatPlatipus::Part::mu_theta),
+             trained.get<FloatPlatipus>("platipus").part(FloatPlatipus::Part::mu_theta)));
+
+  SECTION("io::load reads its meta-parameters") {
+    Set loaded = make(80);
+    io::load(path, loaded);
+    CHECK(same(loaded.get<FloatMaml>("maml").parameters(), maml.parameters()));
+  }
+  SECTION("a single learner's and a set's training states are not mistaken for each other") {
+    FloatMaml alone = std::move(make(90).get<FloatMaml>("maml"));
+    CHECK_THROWS_WITH(io::load_training_state(path, alone),
+                      Contains(path.string()) && Contains("set of learners"));
+    const auto single = dir / "single.safetensors";
+    io::save_training_state(single, maml, gen);
+    Set set = make(91);
+    CHECK_THROWS_WITH(io::load_training_state(single, set),
+                      Contains(single.string()) && Contains("one learner"));
+  }
+  SECTION("a learner the checkpoint lacks fails naming it, and no learner changes") {
+    Set more = make(100);
+    Generator init(101);
+    more.add("maml_noise", FloatMaml(tiny(), MseLoss{}, {.driver = {.threads = 1}}, init));
+    const auto before = more.get<FloatMaml>("maml").parameters().clone();
+    CHECK_THROWS_WITH(io::load_training_state(path, more),
+                      Contains(path.string()) && Contains("maml_noise"));
+    CHECK(same(more.get<FloatMaml>("maml").parameters(), before));
+    CHECK(more.get<FloatMaml>("maml").steps() == 0);
+  }
+}
+
 TEST_CASE("a set of learners saves in one checkpoint under their names and loads all or none",
           "[components][io][checkpoint]") {
   using Set = LearnerSet<FloatMaml, FloatPlatipus>;
@@ -825,4 +886,32 @@ TEST_CASE("MetricsLog puts each row on disk as it is recorded, so a run that sto
     again.record({{"step", 1}});
     CHECK(lines_of(slurp(dir / "train.jsonl")).size() == 1);
   }
+}
+
+TEST_CASE("StopSignals notes the first SIGINT or SIGTERM and leaves a second to end the process",
+          "[components][signals]") {
+  struct sigaction before {}, after {};
+  ::sigaction(SIGTERM, nullptr, &before);
+  {
+    const StopSignals stop;
+    CHECK_FALSE(stop.requested());
+    std::raise(SIGTERM);
+    CHECK(stop.requested());
+    CHECK(stop.signal() == SIGTERM);
+  }
+  ::sigaction(SIGTERM, nullptr, &after);
+  CHECK(after.sa_handler == before.sa_handler);  // restored
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const StopSignals stop;
+    std::raise(SIGINT);
+    if (!stop.requested()) ::_exit(1);
+    std::raise(SIGINT);  // the default action: the process ends here
+    ::_exit(2);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGINT);
 }

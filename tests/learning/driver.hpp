@@ -329,23 +329,130 @@ TEST_CASE("train_and_record appends a metrics row per record and saves checkpoin
         if (!fs::exists(file)) return;
         Maml<nn::Sequential, MseLoss> reader(small_network(), MseLoss{}, settings, fresh_init);
         const auto metadata = io::load(file, reader);
-        if (checkpoint_steps.empty() ||
-            checkpoint_steps.back() != metadata["step"].get<std::int64_t>())
-          checkpoint_steps.push_back(metadata["step"]);
+        const auto step = metadata["training_run"]["step"].get<std::int64_t>();
+        if (checkpoint_steps.empty() || checkpoint_steps.back() != step)
+          checkpoint_steps.push_back(step);
         CHECK(metadata["note"] == "test");
         CHECK(r.step >= checkpoint_steps.back());
       });
-  // Records at 4, 8, ..., 28 and 30; checkpoints at the first record past 10, 20 and at the end.
+  // Records at 4, 8, ..., 28 and 30; checkpoints at 10, 20 and 30 (the last
+  // seen after the run).
   CHECK(log.rows().size() == 8);
   CHECK(log.rows().back()["learner"] == "maml");
   CHECK(log.rows().back()["step"] == 30);
-  CHECK(checkpoint_steps == std::vector<std::int64_t>{12, 20, 30});
+  CHECK(checkpoint_steps == std::vector<std::int64_t>{10, 20});
   Maml<nn::Sequential, MseLoss> reader(small_network(), MseLoss{}, settings, fresh_init);
-  io::load(file, reader);
+  const auto metadata = io::load(file, reader);
+  CHECK(metadata["training_run"]["step"] == 30);
+  CHECK(metadata["training_run"]["metrics_rows"] == 8);
   CHECK(reader.parameters().to_vector() == maml.parameters().to_vector());
   CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) ==
         3);  // no temporaries
   fs::remove_all(dir);
+}
+
+// The lines of a metrics file without their "seconds", which differ by run.
+std::vector<std::string> rows_without_seconds(const std::filesystem::path& jsonl) {
+  std::vector<std::string> rows;
+  std::istringstream lines(read_file(jsonl));
+  for (std::string line; std::getline(lines, line);) {
+    auto row = nlohmann::json::parse(line);
+    row.erase("seconds");
+    rows.push_back(row.dump());
+  }
+  return rows;
+}
+
+// A run of 30 steps, and the same run stopped (a stop request at step 13,
+// inside a record interval, or a kill at step 18, after a record that the
+// last checkpoint, at 15, does not count) and taken up by a new learner from
+// its checkpoint: the same training state to the bit, and the same metrics.
+template <class Learner, class Settings>
+void check_stop_and_resume(const Settings& settings, bool killed) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       fmt::format("platipus-resume-{}-{}", ::getpid(), killed ? "kill" : "stop");
+  fs::remove_all(dir);
+  const Sampler sampler({.support = 5, .query = 5});
+  const TrainingLoop loop{.steps = 30, .meta_batch = 4, .record_every = 4, .name = "run"};
+  const auto run = [&](const fs::path& out, std::uint64_t init_seed, auto&& go) {
+    fs::create_directories(out);
+    Generator init(init_seed);
+    Learner learner(small_network(), MseLoss{}, settings, init);
+    io::MetricsLog log(out, "train");
+    const io::CheckpointSchedule schedule{.file = out / "run.safetensors", .every = 5};
+    go(learner, log, schedule);
+    return learner;
+  };
+  const auto whole = run(dir / "whole", 3, [&](auto& learner, auto& log, const auto& schedule) {
+    Generator gen(4);
+    CHECK(io::train_and_record(learner, sampler, gen, loop, log, schedule).step == 30);
+  });
+  const int stop_at = killed ? 18 : 13;
+  run(dir / "stopped", 3, [&](auto& learner, auto& log, const auto& schedule) {
+    Generator gen(4);
+    const auto stop = [&](const LoopPosition& at) {
+      if (killed && at.step == stop_at) throw std::runtime_error("killed");
+      return at.step < stop_at;
+    };
+    if (killed)
+      CHECK_THROWS(io::train_and_record(learner, sampler, gen, loop, log, schedule, {},
+                                        {.after_step = stop}));
+    else
+      CHECK(io::train_and_record(learner, sampler, gen, loop, log, schedule, {},
+                                 {.after_step = stop})
+                .step == stop_at);
+  });
+  const auto resumed =
+      run(dir / "stopped", 77, [&](auto& learner, auto& log, const auto& schedule) {
+        auto [gen, position, metadata] = io::resume_training(schedule.file, learner, log);
+        CHECK(position.loop.step == (killed ? 15 : 13));
+        CHECK(position.learner == "run");
+        CHECK(log.rows().size() == 3u);  // the records at 4, 8 and 12
+        CHECK(io::train_and_record(learner, sampler, gen, loop, log, schedule, {},
+                                   {.from = position.loop})
+                  .step == 30);
+      });
+  const auto a = whole.training_state(), b = resumed.training_state();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].first == b[i].first);
+    CHECK(a[i].second->to_vector() == b[i].second->to_vector());
+  }
+  CHECK(rows_without_seconds(dir / "whole" / "train.jsonl") ==
+        rows_without_seconds(dir / "stopped" / "train.jsonl"));
+  CHECK(rows_without_seconds(dir / "stopped" / "train.jsonl").size() == 8);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a stopped or killed run resumes from its checkpoint to the same bits and metrics",
+          "[training][io][resume]") {
+  const bool killed = GENERATE(false, true);
+  SECTION("MAML + noise") {
+    check_stop_and_resume<Maml<nn::Sequential, MseLoss>>(
+        MamlSettings{.inner_loop = {.steps = 1, .learning_rate = 0.01, .gradient_noise = 0.1},
+                     .driver = {.threads = 2}},
+        killed);
+  }
+  SECTION("PLATIPUS, its KL weight and meta learning rate still annealing") {
+    check_stop_and_resume<PlatipusModel>(
+        PlatipusSettings{.inner_loop = {.steps = 1, .learning_rate = 0.01},
+                         .kl_anneal_steps = 40,
+                         .driver = {.meta_optimizer = {.annealing_steps = 40}, .threads = 2}},
+        killed);
+  }
+}
+
+TEST_CASE("a loop refuses a position it cannot go on from", "[training][errors]") {
+  Generator init(3), gen(4);
+  Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, {.driver = {.threads = 1}}, init);
+  const Sampler sampler({.support = 5, .query = 5});
+  const TrainingLoop loop{.steps = 10, .meta_batch = 2, .record_every = 4, .name = "late"};
+  CHECK_THROWS_WITH(meta_train(maml, sampler, gen, loop, {}, {.from = {.step = 11}}),
+                    Catch::Contains("late") && Catch::Contains("step 11"));
+  CHECK_THROWS_WITH(meta_train(maml, sampler, gen, loop, {}, {.from = {.step = 5, .interval_steps = 4}}),
+                    Catch::Contains("record interval of 4"));
+  CHECK(maml.steps() == 0);
 }
 
 TEST_CASE("learners refuse class labels outside the model's classes, once per batch",

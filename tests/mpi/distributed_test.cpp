@@ -30,7 +30,7 @@
 #include "platipus/backend/cuda/cuda.hpp"
 #include "platipus/distributed/nccl.hpp"
 #endif
-#include "platipus/io/checkpoint.hpp"
+#include "platipus/io/training_state.hpp"
 #include "platipus/platipus.hpp"
 
 namespace {
@@ -60,9 +60,10 @@ double relative_difference(const L& a, const L& b) {
 }
 
 // Trains `make()` for `steps` steps on 2 ranks and (on rank 0) in one
-// process, from the same seed, and compares; then both ranks load the
-// checkpoint rank 0 wrote, train on, and compare with one process resumed
-// from it.
+// process, from the same seed, and compares; then rank 0 alone loads the
+// training state it wrote (meta-parameters, Adam's moments and step),
+// distribute gives it to the other rank, both train on, and the result is
+// compared with one process resumed from it.
 template <class Make>
 void check_parity(const std::string& what, Make make, double tolerance,
                   const std::shared_ptr<Communicator>& world, const std::filesystem::path& dir) {
@@ -75,13 +76,13 @@ void check_parity(const std::string& what, Make make, double tolerance,
   Generator gen(11);
   meta_train(distributed, sampler, gen, loop);
   const auto file = dir / fmt::format("{}.safetensors", what);
-  if (world->rank() == 0) io::save(file, distributed);
+  if (world->rank() == 0) io::save_training_state(file, distributed, gen);
   MPI_Barrier(MPI_COMM_WORLD);  // the file is whole before any rank reads it
 
   auto resumed = make();
-  io::load(file, resumed);  // on every rank
+  Generator more = gen;  // every rank drew the same batches
+  if (world->rank() == 0) more = io::load_training_state(file, resumed).generator;
   resumed.distribute(world);
-  Generator more(12);
   meta_train(resumed, sampler, more, loop);
 
   if (world->rank() != 0) return;
@@ -89,8 +90,7 @@ void check_parity(const std::string& what, Make make, double tolerance,
   Generator alone_gen(11);
   meta_train(alone, sampler, alone_gen, loop);
   auto alone_resumed = make();
-  io::load(file, alone_resumed);
-  Generator alone_more(12);
+  Generator alone_more = io::load_training_state(file, alone_resumed).generator;
   meta_train(alone_resumed, sampler, alone_more, loop);
   auto fresh = make();
   const double trained = relative_difference(distributed, alone),

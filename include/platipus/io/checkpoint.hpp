@@ -231,4 +231,15 @@ nlohmann::json load(const std::filesystem::path& path, LearnerSet<Learners...>& 
   return checkpoint.metadata;
 }
 
+// The metadata of a checkpoint of `set`'s learners (of their scalar type
+// and backend), checked as load reads it: what a caller looks at before
+// loading (which learners it holds, the settings it was written with).
+template <class... Learners>
+nlohmann::json checkpoint_metadata(const std::filesystem::path& path,
+                                   const LearnerSet<Learners...>&) {
+  using TensorType = StateTensor<std::tuple_element_t<0, std::tuple<Learners...>>>;
+  return load_checkpoint<typename TensorType::value_type, typename TensorType::backend>(path)
+      .metadata;
+}
+
 }  // namespace platipus::io

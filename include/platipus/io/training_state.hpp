@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,63 @@ struct ResumedTraining {
   nlohmann::json metadata;  // the caller's, as saved
 };
 
+namespace detail {
+
+inline nlohmann::json generator_json(const Generator& gen) {
+  return {{"seed", gen.seed()}, {"stream", gen.stream()}, {"counter", gen.counter()}};
+}
+
+// metadata["training_state"] as save_training_state wrote it, checked.
+inline nlohmann::json saved_state(const nlohmann::json& metadata,
+                                  const std::filesystem::path& path) {
+  nlohmann::json state =
+      metadata.contains("training_state") ? metadata["training_state"] : nlohmann::json();
+  check(state.is_object(), "load_training_state",
+        "{} holds no training state (written by io::save, which keeps the meta-parameters "
+        "only): it cannot resume training; io::load reads it",
+        path.string());
+  return state;
+}
+
+inline std::uint64_t saved_count(const nlohmann::json& j, const char* key,
+                                 const std::filesystem::path& path) {
+  check(j.is_object() && j.contains(key) && j[key].is_number_unsigned(), "load_training_state",
+        "{}: training_state has no valid \"{}\"", path.string(), key);
+  return j[key].get<std::uint64_t>();
+}
+
+inline Generator saved_generator(const nlohmann::json& state, const std::filesystem::path& path) {
+  const auto& g = state.contains("generator") ? state["generator"] : nlohmann::json();
+  const std::uint64_t seed = saved_count(g, "seed", path), stream = saved_count(g, "stream", path),
+                      counter = saved_count(g, "counter", path);
+  return Generator(seed, stream, counter);
+}
+
+// `algorithm`'s training state in `checkpoint`, its tensors named `prefix`
+// + their name, with the optimiser's entries when it had taken steps.
+template <class Algorithm, class T, class B>
+std::vector<std::pair<std::string, Tensor<T, B>>> take_training_state(
+    Checkpoint<T, B>& checkpoint, const std::filesystem::path& path, const Algorithm& algorithm,
+    std::uint64_t steps, const std::string& prefix = "") {
+  auto values = take_state(checkpoint, path, algorithm, prefix);
+  if (steps == 0) return values;
+  std::vector<Shape> shapes;
+  for (const auto& [name, value] : values) shapes.push_back(value.shape());
+  const auto names = Algorithm::optimizer_state_names();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const Shape shape = i < 2 * shapes.size() ? shapes[i % shapes.size()] : Shape{1};
+    values.emplace_back(
+        names[i], take(checkpoint, path, algorithm.model().layout(), prefix + names[i], shape));
+  }
+  const auto saved_steps = static_cast<std::uint64_t>(values.back().second.item());
+  check(saved_steps == steps, "load_training_state",
+        "{}: training_state says {} steps but {}adam.step holds {}", path.string(), steps, prefix,
+        saved_steps);
+  return values;
+}
+
+}  // namespace detail
+
 // Saves `algorithm`'s training state and `gen`'s position with `metadata`
 // (a JSON object, which must not use the key "training_state").
 template <class Algorithm>
@@ -39,10 +97,38 @@ void save_training_state(const std::filesystem::path& path, const Algorithm& alg
                          const Generator& gen, nlohmann::json metadata = nlohmann::json::object()) {
   check(metadata.is_object() && !metadata.contains("training_state"), "save_training_state",
         "{}: the metadata must be a JSON object without the key \"training_state\"", path.string());
-  metadata["training_state"] = {
-      {"steps", static_cast<std::uint64_t>(algorithm.steps())},
-      {"generator", {{"seed", gen.seed()}, {"stream", gen.stream()}, {"counter", gen.counter()}}}};
+  metadata["training_state"] = {{"steps", static_cast<std::uint64_t>(algorithm.steps())},
+                                {"generator", detail::generator_json(gen)}};
   save_checkpoint(path, algorithm.model().layout(), algorithm.training_state(), metadata);
+}
+
+// The same for every learner of `set`, each one's tensors under its name
+// ("maml/theta", "maml/adam.first/theta"), as io::save writes a set: io::load
+// reads the meta-parameters of such a checkpoint and leaves the rest.
+template <class... Learners>
+void save_training_state(const std::filesystem::path& path, const LearnerSet<Learners...>& set,
+                         const Generator& gen, nlohmann::json metadata = nlohmann::json::object()) {
+  using TensorType = StateTensor<std::tuple_element_t<0, std::tuple<Learners...>>>;
+  check(metadata.is_object() && !metadata.contains("training_state"), "save_training_state",
+        "{}: the metadata must be a JSON object without the key \"training_state\"", path.string());
+  check(!set.empty(), "save_training_state", "{}: the set of learners to save is empty",
+        path.string());
+  const nn::ParamLayout* layout = nullptr;
+  nlohmann::json steps = nlohmann::json::object();
+  std::vector<std::pair<std::string, const TensorType*>> named;
+  set.for_each([&](const std::string& learner, const auto& algorithm) {
+    if (layout == nullptr) layout = &algorithm.model().layout();
+    check(describe_layout(algorithm.model().layout()) == describe_layout(*layout),
+          "save_training_state",
+          "{}: learner '{}' has another architecture than the set's first learner, and a "
+          "checkpoint holds one",
+          path.string(), learner);
+    steps[learner] = static_cast<std::uint64_t>(algorithm.steps());
+    for (const auto& [name, tensor] : algorithm.training_state())
+      named.emplace_back(learner + "/" + name, tensor);
+  });
+  metadata["training_state"] = {{"steps", steps}, {"generator", detail::generator_json(gen)}};
+  save_checkpoint(path, *layout, named, metadata);
 }
 
 // Loads a checkpoint written by save_training_state into a learner of the
@@ -52,43 +138,50 @@ void save_training_state(const std::filesystem::path& path, const Algorithm& alg
 template <class Algorithm>
 ResumedTraining load_training_state(const std::filesystem::path& path, Algorithm& algorithm) {
   using TensorType = StateTensor<Algorithm>;
-  using T = typename TensorType::value_type;
-  auto checkpoint = load_checkpoint<T, typename TensorType::backend>(path);
-  const auto& state = checkpoint.metadata.contains("training_state")
-                          ? checkpoint.metadata["training_state"]
-                          : nlohmann::json();
-  check(state.is_object(), "load_training_state",
-        "{} holds no training state (written by io::save, which keeps the meta-parameters "
-        "only): it cannot resume training; io::load reads it",
+  auto checkpoint =
+      load_checkpoint<typename TensorType::value_type, typename TensorType::backend>(path);
+  const nlohmann::json state = detail::saved_state(checkpoint.metadata, path);
+  check(!state.contains("steps") || !state["steps"].is_object(), "load_training_state",
+        "{} holds the training state of a set of learners: load it into a LearnerSet",
         path.string());
-  const auto read = [&](const nlohmann::json& j, const char* key) {
-    check(j.is_object() && j.contains(key) && j[key].is_number_unsigned(), "load_training_state",
-          "{}: training_state has no valid \"{}\"", path.string(), key);
-    return j[key].template get<std::uint64_t>();
-  };
-  const std::uint64_t steps = read(state, "steps");
-  const auto& generator = state.contains("generator") ? state["generator"] : nlohmann::json();
-  const std::uint64_t seed = read(generator, "seed"), stream = read(generator, "stream"),
-                      counter = read(generator, "counter");
-
-  auto values = take_state(checkpoint, path, algorithm);
-  if (steps > 0) {
-    std::vector<Shape> shapes;
-    for (const auto& [name, value] : values) shapes.push_back(value.shape());
-    const auto names = Algorithm::optimizer_state_names();
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      const Shape shape = i < 2 * shapes.size() ? shapes[i % shapes.size()] : Shape{1};
-      values.emplace_back(names[i],
-                          take(checkpoint, path, algorithm.model().layout(), names[i], shape));
-    }
-    const auto saved_steps = static_cast<std::uint64_t>(values.back().second.item());
-    check(saved_steps == steps, "load_training_state",
-          "{}: training_state says {} steps but adam.step holds {}", path.string(), steps,
-          saved_steps);
-  }
-  algorithm.set_training_state(std::move(values));
+  const Generator gen = detail::saved_generator(state, path);
+  algorithm.set_training_state(detail::take_training_state(
+      checkpoint, path, algorithm, detail::saved_count(state, "steps", path)));
   checkpoint.metadata.erase("training_state");
-  return {Generator(seed, stream, counter), std::move(checkpoint.metadata)};
+  return {gen, std::move(checkpoint.metadata)};
+}
+
+// Loads every learner of `set` from a checkpoint written by
+// save_training_state for a set with the same names: all or nothing.
+template <class... Learners>
+ResumedTraining load_training_state(const std::filesystem::path& path,
+                                    LearnerSet<Learners...>& set) {
+  using TensorType = StateTensor<std::tuple_element_t<0, std::tuple<Learners...>>>;
+  auto checkpoint =
+      load_checkpoint<typename TensorType::value_type, typename TensorType::backend>(path);
+  const nlohmann::json state = detail::saved_state(checkpoint.metadata, path);
+  const auto& steps = state.contains("steps") ? state["steps"] : nlohmann::json();
+  check(steps.is_object(), "load_training_state",
+        "{} holds the training state of one learner, not of a set", path.string());
+  const Generator gen = detail::saved_generator(state, path);
+  std::vector<std::vector<std::pair<std::string, TensorType>>> values;
+  set.for_each([&](const std::string& learner, const auto& algorithm) {
+    check(steps.contains(learner), "load_training_state",
+          "{} holds no learner '{}' (it holds: {})", path.string(), learner, [&] {
+            std::string names;
+            for (const auto& [name, count] : steps.items()) names += (names.empty() ? "" : ", ") + name;
+            return names;
+          }());
+    values.push_back(detail::take_training_state(checkpoint, path, algorithm,
+                                                 detail::saved_count(steps, learner.c_str(), path),
+                                                 learner + "/"));
+  });
+  auto next = values.begin();
+  set.for_each([&](const std::string&, auto& algorithm) {
+    algorithm.set_training_state(std::move(*next++));
+  });
+  checkpoint.metadata.erase("training_state");
+  return {gen, std::move(checkpoint.metadata)};
 }
 
 }  // namespace platipus::io

@@ -71,6 +71,16 @@ class LearnerSet {
       std::visit([&](const auto& l) { f(named.first, l); }, named.second);
   }
 
+  // f(learner) for the learner named `name`, as its own type; throws naming
+  // it when there is none.
+  template <class F>
+  void visit(std::string_view name, F&& f) {
+    auto* learner = find(name);
+    check(learner != nullptr, "LearnerSet::visit",
+          "there is no learner named '{}' (the set has: {})", name, names_text());
+    std::visit(f, *learner);
+  }
+
   std::vector<std::string> names() const {
     std::vector<std::string> out;
     for (const auto& [name, _] : learners_) out.push_back(name);

@@ -172,18 +172,33 @@ class MetaLearner : public O::Names {
   // ranks' meta-gradients and statistics before the optimiser's step, so all
   // ranks take the same step and N ranks compute one process's meta-gradient
   // up to the order of float sums. It starts by giving every rank rank 0's
-  // meta-parameters, so a checkpoint may be loaded on rank 0 alone or on
-  // every rank; the optimiser's moments are not sent, so it must come
-  // before the first meta-step. Null: one process again.
+  // meta-parameters and meta-optimiser state (moments and step number), so
+  // a checkpoint, of meta-parameters or of a whole training state
+  // (io/training_state.hpp), may be loaded on rank 0 alone or on every rank,
+  // and a run distributed after some steps (a resumed one) goes on as one
+  // process would. Null: one process again.
   void distribute(std::shared_ptr<Communicator> communicator) {
-    check(steps() == 0, fmt::format("{}::distribute", O::name),
-          "call it before the first meta-step (the optimiser has taken {}, and its moments "
-          "differ by rank)",
-          steps());
     if (communicator) {
-      std::array<Tensor<T, B>*, O::part_count> parts;
-      for (std::size_t i = 0; i < parts.size(); ++i) parts[i] = &parts_[i];
-      broadcast(*communicator, std::span<Tensor<T, B>* const>(parts), 0);
+      // Rank 0's step number first: the ranks that have taken none make
+      // moments to receive its.
+      auto count = Tensor<T, B>::from_host({1}, {static_cast<T>(steps())});
+      Tensor<T, B>* count_buffer = &count;
+      broadcast(*communicator, std::span<Tensor<T, B>* const>(&count_buffer, 1), 0);
+      std::vector<Tensor<T, B>> optimizer;
+      if (count.item() > 0) {
+        const auto mine = optimizer_.state();
+        for (std::size_t i = 0; i < 2 * O::part_count; ++i)
+          optimizer.push_back(mine.empty() ? Tensor<T, B>::zeros(parts_[i % O::part_count].shape())
+                                           : mine[i]->clone());
+        optimizer.push_back(std::move(count));
+      }
+      std::vector<Tensor<T, B>*> buffers;
+      for (auto& part : parts_) buffers.push_back(&part);
+      for (auto& entry : optimizer) buffers.push_back(&entry);
+      broadcast(*communicator, std::span<Tensor<T, B>* const>(buffers), 0);
+      std::array<Shape, O::part_count> shapes;
+      for (std::size_t i = 0; i < shapes.size(); ++i) shapes[i] = parts_[i].shape();
+      optimizer_.set_state(std::move(optimizer), shapes);
     }
     communicator_ = std::move(communicator);
   }

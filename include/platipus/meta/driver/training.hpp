@@ -4,7 +4,9 @@
 // the step (it has already reached the meta-parameters through Adam, so
 // training on would only spread NaN); every `record_every` steps a record
 // with the interval's mean query loss goes to the caller, who logs it,
-// prints progress or saves a checkpoint.
+// prints progress or saves a checkpoint. A loop stopped between two steps
+// (TrainingControl::after_step) goes on from its LoopPosition, saved with the
+// learner's training state (io/training_run.hpp), with the same bits.
 //
 //   meta_train(maml, sampler, gen, {.steps = 10000, .meta_batch = 25},
 //              [&](const TrainingRecord& r) { log.record({{"step", r.step}, ...}); });
@@ -39,21 +41,52 @@ struct TrainingRecord {
   double seconds = 0;
 };
 
+// Where a training loop stands between two steps: what it needs, besides
+// the learner and the generator, to go on as if it had never stopped.
+struct LoopPosition {
+  std::int64_t step = 0;           // steps taken
+  double interval_loss = 0;        // the record interval's losses so far, each over its length
+  std::int64_t interval_steps = 0;  // steps in the record interval so far
+  double seconds = 0;              // training time before the loop (re)started
+};
+
+// How a caller steers a loop: the position it starts from (a resumed run)
+// and a check after every step, which stops the loop by returning false
+// (a signal, a time budget).
+struct TrainingControl {
+  LoopPosition from = {};
+  std::function<bool(const LoopPosition&)> after_step = {};
+};
+
 // Meta-trains `learner` (a Maml, Platipus or any MetaLearner) on batches
 // from `sampler`, drawing every batch and every meta-step's noise from gen;
 // calls on_record after every record_every steps and after the last.
+// Returns where it stopped: step == loop.steps unless control stopped it.
 template <class Learner, TaskSamplerFor<Learner> Sampler>
-void meta_train(Learner& learner, const Sampler& sampler, Generator& gen, const TrainingLoop& loop,
-                const std::function<void(const TrainingRecord&)>& on_record = {}) {
+LoopPosition meta_train(Learner& learner, const Sampler& sampler, Generator& gen,
+                        const TrainingLoop& loop,
+                        const std::function<void(const TrainingRecord&)>& on_record = {},
+                        const TrainingControl& control = {}) {
   check_non_negative(loop.name, "steps", loop.steps);
   check_positive(loop.name, "meta_batch", loop.meta_batch);
   check_non_negative(loop.name, "record_every", loop.record_every);
+  // The cadence derives from `steps` alone, so a resumed loop records at
+  // the same steps as one that never stopped.
   const std::int64_t every =
       loop.record_every > 0 ? loop.record_every : std::max<std::int64_t>(1, loop.steps / 200);
+  LoopPosition at = control.from;
+  check(at.step >= 0 && at.step <= loop.steps && at.interval_steps >= 0 &&
+            at.interval_steps < every && at.interval_steps <= at.step,
+        loop.name, "cannot go on from step {} with {} steps into a record interval of {}: the "
+        "loop has {} steps",
+        at.step, at.interval_steps, every, loop.steps);
   const auto start = std::chrono::steady_clock::now();
-  double recent = 0;  // the interval's losses, each divided by `every`
-  std::int64_t since = 0;
-  for (std::int64_t step = 1; step <= loop.steps; ++step) {
+  const auto seconds = [&] {
+    return at.seconds +
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  while (at.step < loop.steps) {
+    const std::int64_t step = at.step + 1;
     const MetaStepResult result =
         learner.meta_train_step(sampler.sample(loop.meta_batch, gen), gen);
     if (!std::isfinite(result.query_loss) || !std::isfinite(result.kl))
@@ -61,24 +94,28 @@ void meta_train(Learner& learner, const Sampler& sampler, Generator& gen, const 
           "{}: meta-training diverged at step {} (query loss {}, KL {}); try a smaller meta or "
           "inner learning rate",
           loop.name, step, result.query_loss, result.kl));
-    recent += result.query_loss / static_cast<double>(every);
-    ++since;
+    at.step = step;
+    at.interval_loss += result.query_loss / static_cast<double>(every);
+    ++at.interval_steps;
     if (step % every == 0 || step == loop.steps) {
       // A last interval shorter than `every` is rescaled to its own mean.
-      const double mean = since == every
-                              ? recent
-                              : recent * static_cast<double>(every) / static_cast<double>(since);
+      const double mean = at.interval_steps == every
+                              ? at.interval_loss
+                              : at.interval_loss * static_cast<double>(every) /
+                                    static_cast<double>(at.interval_steps);
+      at.interval_loss = 0;
+      at.interval_steps = 0;
       if (on_record)
-        on_record(
-            {.step = step,
-             .query_loss = mean,
-             .kl = result.kl,
-             .seconds =
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
-      recent = 0;
-      since = 0;
+        on_record({.step = step, .query_loss = mean, .kl = result.kl, .seconds = seconds()});
+    }
+    if (control.after_step) {
+      LoopPosition now = at;
+      now.seconds = seconds();
+      if (!control.after_step(now)) break;
     }
   }
+  at.seconds = seconds();
+  return at;
 }
 
 }  // namespace platipus
