@@ -45,8 +45,7 @@ class Progress {
 
   void update(long done, const std::string& status) {
     const double elapsed = seconds();
-    const double per_step =
-        done > first_ ? elapsed / static_cast<double>(done - first_) : 0;
+    const double per_step = done > first_ ? elapsed / static_cast<double>(done - first_) : 0;
     const std::string line =
         fmt::format("[{}] {}/{}  {}  {:.2f} ms/step  eta {:.0f} s", label_, done, total_, status,
                     1000 * per_step, per_step * static_cast<double>(total_ - done));
@@ -255,9 +254,9 @@ struct RunFlags {
     app.add_option("--checkpoint", checkpoint,
                    "checkpoint file to write (default DIR/checkpoint.safetensors) or, with "
                    "--eval-only, to read");
-    auto* evaluate = app.add_flag("--eval-only", eval_only,
-                                  "skip training: load --checkpoint and evaluate")
-                         ->needs(app.get_option("--checkpoint"));
+    auto* evaluate =
+        app.add_flag("--eval-only", eval_only, "skip training: load --checkpoint and evaluate")
+            ->needs(app.get_option("--checkpoint"));
     if (auto* resume = app.get_option_no_throw("--resume")) evaluate->excludes(resume);
     app.add_option("--eval-tasks", eval_tasks, "held-out tasks for the reported scores")
         ->check(CLI::Range(1L, 100'000L));

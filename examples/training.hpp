@@ -13,10 +13,10 @@
 #include <fmt/ranges.h>
 
 #include "common.hpp"
+#include "platipus/core/stop_signals.hpp"
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"
 #include "platipus/io/settings_json.hpp"
-#include "platipus/core/stop_signals.hpp"
 #include "platipus/io/training_run.hpp"
 #include "platipus/platipus.hpp"
 
@@ -128,10 +128,11 @@ struct TrainingOptions {
                    "save the run's training state every N steps (0: at every metrics record, "
                    "200 per learner); also after each learner and on SIGINT or SIGTERM")
         ->check(CLI::Range(0L, 100'000'000L));
-    app.add_flag("--resume", resume,
-                 "go on from the run's checkpoint (--checkpoint, default DIR/checkpoint.safetensors) "
-                 "where it stopped, with the same bits as a run that never stopped; the settings "
-                 "must be the checkpoint's");
+    app.add_flag(
+        "--resume", resume,
+        "go on from the run's checkpoint (--checkpoint, default DIR/checkpoint.safetensors) "
+        "where it stopped, with the same bits as a run that never stopped; the settings "
+        "must be the checkpoint's");
   }
 
   // The run's record for results.json and the checkpoint: the loop and the
@@ -239,10 +240,12 @@ Learners<Loss> paper_learners(const platipus::nn::Sequential& network, const Los
 // Whether every rank has been asked to stop (SIGINT, SIGTERM): the ranks
 // agree after each step, so that all stop after the same one.
 inline bool stop_agreed(const platipus::StopSignals& stop) {
-  auto flag = platipus::Tensor<float, ExampleBackend>::from_host({1}, {stop.requested() ? 1.f : 0.f});
+  auto flag =
+      platipus::Tensor<float, ExampleBackend>::from_host({1}, {stop.requested() ? 1.f : 0.f});
   if (auto* ranks = world(); ranks != nullptr) {
     platipus::Tensor<float, ExampleBackend>* buffer = &flag;
-    platipus::all_reduce_sum(*ranks, std::span<platipus::Tensor<float, ExampleBackend>* const>(&buffer, 1));
+    platipus::all_reduce_sum(*ranks,
+                             std::span<platipus::Tensor<float, ExampleBackend>* const>(&buffer, 1));
   }
   return flag.item() > 0;
 }
@@ -261,8 +264,10 @@ platipus::LoopPosition train_learner(platipus::io::MetricsLog& log, const std::s
                                      const platipus::io::CheckpointSchedule& schedule,
                                      const platipus::StopSignals& stop) {
   const platipus::TrainingLoop loop{.steps = o.steps, .meta_batch = o.meta_batch, .name = name};
-  const platipus::TrainingControl control{
-      .from = from, .after_step = [&](const platipus::LoopPosition&) { return !stop_agreed(stop); }};
+  const platipus::TrainingControl control{.from = from,
+                                          .after_step = [&](const platipus::LoopPosition&) {
+                                            return !stop_agreed(stop);
+                                          }};
   if (!is_root()) return platipus::meta_train(learner, sampler, gen, loop, {}, control);
   Progress progress(name, o.steps, from.step);
   return platipus::io::train_and_record(
@@ -430,7 +435,8 @@ TrainedSet train(Set& learners, const Sampler& sampler, const TrainingOptions& o
     if (is_root() && !learners.empty()) {
       auto m = metadata();
       m["training_run"] =
-          platipus::io::RunPosition{.learner = name, .loop = {}, .metrics_rows = log.rows().size()}.json();
+          platipus::io::RunPosition{.learner = name, .loop = {}, .metrics_rows = log.rows().size()}
+              .json();
       platipus::io::save_training_state(run.file, learners,
                                         platipus::Generator(o.seed, stream_of(name)), m);
     }
@@ -443,9 +449,8 @@ TrainedSet train(Set& learners, const Sampler& sampler, const TrainingOptions& o
 template <class Set, class Sampler>
 void train(Set& learners, const Sampler& sampler, const TrainingOptions& o, const fs::path& out,
            const RunCheckpoint& run) {
-  train(learners, sampler, o, out, run, [](const std::string& name) {
-    return stream::training_tasks(name);
-  });
+  train(learners, sampler, o, out, run,
+        [](const std::string& name) { return stream::training_tasks(name); });
 }
 
 // Refuses, before training starts, a run whose meta-step needs more memory

@@ -19,7 +19,7 @@ def fnv1a64(data):
     h = 0xCBF29CE484222325
     for byte in data:
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return "fnv1a64:%016x" % h
+    return "%016x" % h
 
 
 def convert(old_path, new_path):
@@ -44,10 +44,14 @@ def convert(old_path, new_path):
                                  "data_offsets": [offset, offset + len(chunk)]}
         out_data += chunk
         offset += len(chunk)
+    layout = json.dumps(header["layout"], separators=(",", ":"))
+    metadata = json.dumps(header.get("metadata", {}), separators=(",", ":"))
+    # The checksum covers the layout, a zero byte, the metadata, a zero byte and the data.
+    whole = (layout + "\0" + metadata + "\0").encode() + out_data
     out_header = {"__metadata__": {
-        "platipus.layout": json.dumps(header["layout"], separators=(",", ":")),
-        "platipus.metadata": json.dumps(header.get("metadata", {}), separators=(",", ":")),
-        "platipus.checksum": fnv1a64(out_data)}, **out_header}
+        "platipus.layout": layout,
+        "platipus.metadata": metadata,
+        "platipus.checksum": "fnv1a64-all:" + fnv1a64(whole)}, **out_header}
     text = json.dumps(out_header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
     directory = os.path.dirname(os.path.abspath(new_path))

@@ -5,7 +5,9 @@ with json and struct only (no platipus code, no numpy).
     python3 tests/read_checkpoint.py FILE
 
 Checks the 8-byte header length, the tensors' byte ranges (they must tile
-the data exactly) and the FNV-1a checksum in __metadata__, then prints one
+the data exactly) and the FNV-1a checksum in __metadata__ (of the layout, a
+zero byte, the metadata, a zero byte and the data; "fnv1a64:", of older
+checkpoints, of the data alone), then prints one
 JSON object: {"metadata": {...}, "tensors": {name: {"shape": [...],
 "values": [...]}}}. Exits with status 1 and a message on anything wrong.
 """
@@ -20,7 +22,16 @@ def fnv1a64(data):
     h = 0xCBF29CE484222325
     for byte in data:
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return "fnv1a64:%016x" % h
+    return "%016x" % h
+
+
+def checksum(metadata, data):
+    stored = metadata.get("platipus.checksum", "")
+    if stored.startswith("fnv1a64-all:"):
+        header = (metadata.get("platipus.layout", "") + "\0" +
+                  metadata.get("platipus.metadata", "") + "\0").encode()
+        return "fnv1a64-all:" + fnv1a64(header + data)
+    return "fnv1a64:" + fnv1a64(data)
 
 
 def read(path):
@@ -30,7 +41,7 @@ def read(path):
     header = json.loads(raw[8:8 + length])
     data = raw[8 + length:]
     metadata = header.pop("__metadata__", {})
-    if metadata.get("platipus.checksum") != fnv1a64(data):
+    if metadata.get("platipus.checksum") != checksum(metadata, data):
         sys.exit(f"{path}: checksum mismatch")
     tensors, covered = {}, 0
     for name, spec in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):

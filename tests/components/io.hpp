@@ -559,9 +559,18 @@ TEST_CASE("a checkpoint whose header was tampered with fails naming the file",
   fails_naming_file("no-checksum.safetensors",
                     changed([&](auto& h) { h["__metadata__"].erase("platipus.checksum"); }),
                     "platipus.checksum");
+  // With its checksum made to match: the depth limit refuses it before any parse.
   fails_naming_file("deep-metadata.safetensors", changed([&](auto& h) {
-                      h["__metadata__"]["platipus.metadata"] =
-                          std::string(200000, '[') + std::string(200000, ']');
+                      auto& stored = h["__metadata__"];
+                      const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+                      stored["platipus.metadata"] = deep;
+                      stored["platipus.checksum"] = io::whole_checksum(
+                          DataChecksum()
+                              .add(stored["platipus.layout"].template get<std::string>())
+                              .add(io::zero_byte)
+                              .add(deep)
+                              .add(io::zero_byte)
+                              .add(data));
                     }),
                     "nested deeper");
   std::string deep_header = header.dump();
@@ -607,6 +616,37 @@ TEST_CASE("a checkpoint with flipped data bytes fails its checksum, naming the f
     }
   }
   CHECK(refused == 150);
+}
+
+TEST_CASE("a checkpoint whose recorded settings changed by one byte fails its checksum",
+          "[components][io][checkpoint][errors]") {
+  TemporaryDirectory dir;
+  const auto path = dir / "run.safetensors";
+  Generator init(64);
+  FloatMaml maml(tiny(), MseLoss{}, {.driver = {.threads = 1}}, init);
+  io::save(path, maml, {{"options", {{"kl_weight", 1.5}, {"steps", 20000}}}});
+  std::string bytes = slurp(path);
+  // Still valid JSON, and a setting a resumed run would silently take on.
+  const auto at = bytes.find("20000");
+  REQUIRE(at != std::string::npos);
+  bytes[at] = '3';
+  const auto bad = dir / "edited.safetensors";
+  write_bytes(bad, bytes);
+  CHECK_THROWS_WITH(io::load(bad, maml),
+                    Contains(bad.string()) && Contains("checksum") && Contains("header and data"));
+
+  SECTION("a checkpoint whose checksum covers its data alone, as before, still loads") {
+    const auto stored = io::load_checkpoint<float>(path);
+    const auto values = maml.parameters().to_vector();
+    const std::string_view data(reinterpret_cast<const char*>(values.data()),
+                                values.size() * sizeof(float));
+    const auto older = dir / "older.safetensors";
+    io::write_safetensors(older, {{"theta", "F32", maml.parameters().shape(), data}},
+                          {{"platipus.layout", stored.layout.dump()},
+                           {"platipus.metadata", stored.metadata.dump()},
+                           {"platipus.checksum", DataChecksum().add(data).text()}});
+    CHECK(io::load(older, maml) == stored.metadata);
+  }
 }
 
 TEST_CASE("a checkpoint holding NaN or Inf is refused unless the caller allows it",
@@ -890,7 +930,8 @@ TEST_CASE("MetricsLog puts each row on disk as it is recorded, so a run that sto
 
 TEST_CASE("StopSignals notes the first SIGINT or SIGTERM and leaves a second to end the process",
           "[components][signals]") {
-  struct sigaction before {}, after {};
+  struct sigaction before {
+  }, after{};
   ::sigaction(SIGTERM, nullptr, &before);
   {
     const StopSignals stop;

@@ -399,9 +399,9 @@ void check_stop_and_resume(const Settings& settings, bool killed) {
       CHECK_THROWS(io::train_and_record(learner, sampler, gen, loop, log, schedule, {},
                                         {.after_step = stop}));
     else
-      CHECK(io::train_and_record(learner, sampler, gen, loop, log, schedule, {},
-                                 {.after_step = stop})
-                .step == stop_at);
+      CHECK(
+          io::train_and_record(learner, sampler, gen, loop, log, schedule, {}, {.after_step = stop})
+              .step == stop_at);
   });
   const auto resumed =
       run(dir / "stopped", 77, [&](auto& learner, auto& log, const auto& schedule) {
@@ -450,8 +450,9 @@ TEST_CASE("a loop refuses a position it cannot go on from", "[training][errors]"
   const TrainingLoop loop{.steps = 10, .meta_batch = 2, .record_every = 4, .name = "late"};
   CHECK_THROWS_WITH(meta_train(maml, sampler, gen, loop, {}, {.from = {.step = 11}}),
                     Catch::Contains("late") && Catch::Contains("step 11"));
-  CHECK_THROWS_WITH(meta_train(maml, sampler, gen, loop, {}, {.from = {.step = 5, .interval_steps = 4}}),
-                    Catch::Contains("record interval of 4"));
+  CHECK_THROWS_WITH(
+      meta_train(maml, sampler, gen, loop, {}, {.from = {.step = 5, .interval_steps = 4}}),
+      Catch::Contains("record interval of 4"));
   CHECK(maml.steps() == 0);
 }
 

@@ -5,10 +5,13 @@
 // The "__metadata__" strings hold "platipus.layout" (the model's parameter
 // layout as JSON, so that loading into another architecture fails with a
 // message), "platipus.metadata" (free-form JSON: settings, step count) and
-// "platipus.checksum", the 64-bit FNV-1a hash of the data bytes: safetensors
-// has no checksum, and a flipped byte in the data would otherwise load as a
-// silently wrong number. Non-finite values are refused unless the caller
-// allows them.
+// "platipus.checksum", the 64-bit FNV-1a hash of the layout, a zero byte,
+// the metadata, a zero byte and the data ("fnv1a64-all:" and 16 hex digits):
+// safetensors has no checksum, and a flipped byte would otherwise load as a
+// silently wrong number or, once training resumes from it, a silently other
+// setting. A checkpoint written before the hash covered the header
+// ("fnv1a64:") is checked over its data alone. Non-finite values are refused
+// unless the caller allows them.
 #pragma once
 
 #include <cmath>
@@ -60,6 +63,15 @@ struct CheckpointOptions {
   bool allow_non_finite = false;  // load NaN and Inf values instead of refusing them
 };
 
+// The checksum of a checkpoint: its hash (of the layout, a zero byte, the
+// metadata, a zero byte and the data) prefixed by whole_checksum_kind.
+inline constexpr std::string_view whole_checksum_kind = "fnv1a64-all:";
+inline constexpr std::string_view zero_byte("\0", 1);
+inline std::string whole_checksum(const DataChecksum& hash) {
+  const std::string text = hash.text();  // "fnv1a64:" and the digits
+  return std::string(whole_checksum_kind) + text.substr(text.find(':') + 1);
+}
+
 // The magic line of the format before safetensors, to refuse it by name.
 inline constexpr std::string_view old_checkpoint_magic = "platipus-checkpoint 1\n";
 
@@ -70,7 +82,9 @@ void save_checkpoint(const std::filesystem::path& path, const nn::ParamLayout& l
   std::vector<std::vector<T>> values;
   for (const auto& named : tensors) values.push_back(named.second->to_vector());
   std::vector<SafetensorsTensor> stored;
-  DataChecksum checksum;  // of the data as written: the tensors back to back
+  const std::string layout_text = describe_layout(layout).dump(), metadata_text = metadata.dump();
+  DataChecksum checksum;  // of the header's strings and the data as written
+  checksum.add(layout_text).add(zero_byte).add(metadata_text).add(zero_byte);
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string_view bytes(reinterpret_cast<const char*>(values[i].data()),
                                  values[i].size() * sizeof(T));
@@ -78,9 +92,9 @@ void save_checkpoint(const std::filesystem::path& path, const nn::ParamLayout& l
     checksum.add(bytes);
   }
   write_safetensors(path, stored,
-                    {{"platipus.layout", describe_layout(layout).dump()},
-                     {"platipus.metadata", metadata.dump()},
-                     {"platipus.checksum", checksum.text()}});
+                    {{"platipus.layout", layout_text},
+                     {"platipus.metadata", metadata_text},
+                     {"platipus.checksum", whole_checksum(checksum)}});
 }
 
 template <class T, class B = cpu>
@@ -103,15 +117,21 @@ Checkpoint<T, B> load_checkpoint(const std::filesystem::path& path,
     return it->second;
   };
   const auto& checksum = entry("platipus.checksum");
-  const auto actual = DataChecksum().add(file.data).text();
+  const auto& layout = entry("platipus.layout");
+  const auto& metadata = entry("platipus.metadata");
+  const bool whole = checksum.starts_with(whole_checksum_kind);
+  const auto actual =
+      whole ? whole_checksum(
+                  DataChecksum().add(layout).add(zero_byte).add(metadata).add(zero_byte).add(
+                      file.data))
+            : DataChecksum().add(file.data).text();  // written before the header's hash
   check(checksum == actual, "load_checkpoint",
-        "{} is corrupt: its data does not match its checksum {} (it hashes to {})", where, checksum,
-        actual);
+        "{} is corrupt: its {} not match its checksum {} (they hash to {})", where,
+        whole ? "header and data do" : "data does", checksum, actual);
   Checkpoint<T, B> out;
-  out.layout = parse_json_strictly(entry("platipus.layout"), limits.max_json_depth,
-                                   where + " (platipus.layout)");
-  out.metadata = parse_json_strictly(entry("platipus.metadata"), limits.max_json_depth,
-                                     where + " (platipus.metadata)");
+  out.layout = parse_json_strictly(layout, limits.max_json_depth, where + " (platipus.layout)");
+  out.metadata =
+      parse_json_strictly(metadata, limits.max_json_depth, where + " (platipus.metadata)");
   for (const auto& t : file.tensors) {
     check(t.dtype == dtype_name<T>(), "load_checkpoint",
           "{}: tensor '{}' holds {} values, but this learner is {}; convert the checkpoint "

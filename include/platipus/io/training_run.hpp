@@ -47,7 +47,8 @@ struct RunPosition {
   }
   // The position in a checkpoint's metadata; throws naming `file` when it has none.
   static RunPosition read(const nlohmann::json& metadata, const std::filesystem::path& file) {
-    const auto& run = metadata.contains("training_run") ? metadata["training_run"] : nlohmann::json();
+    const auto& run =
+        metadata.contains("training_run") ? metadata["training_run"] : nlohmann::json();
     const auto field = [&](const char* key, auto valid) -> const nlohmann::json& {
       check(run.is_object() && run.contains(key) && valid(run[key]), "resume",
             "{}: the checkpoint has no valid training_run.{}: it was not written by a training "
@@ -55,9 +56,15 @@ struct RunPosition {
             file.string(), key);
       return run[key];
     };
-    const auto count = [](const nlohmann::json& j) { return j.is_number_unsigned(); };
-    const auto number = [](const nlohmann::json& j) { return j.is_number(); };
-    const auto text = [](const nlohmann::json& j) { return j.is_string(); };
+    const auto count = [](const nlohmann::json& j) {
+      return j.is_number_unsigned();
+    };
+    const auto number = [](const nlohmann::json& j) {
+      return j.is_number();
+    };
+    const auto text = [](const nlohmann::json& j) {
+      return j.is_string();
+    };
     return {.learner = field("learner", text).get<std::string>(),
             .loop = {.step = field("step", count).get<std::int64_t>(),
                      .interval_loss = field("interval_loss", number).get<double>(),

@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <utility>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -166,10 +166,11 @@ ResumedTraining load_training_state(const std::filesystem::path& path,
   const Generator gen = detail::saved_generator(state, path);
   std::vector<std::vector<std::pair<std::string, TensorType>>> values;
   set.for_each([&](const std::string& learner, const auto& algorithm) {
-    check(steps.contains(learner), "load_training_state",
-          "{} holds no learner '{}' (it holds: {})", path.string(), learner, [&] {
+    check(steps.contains(learner), "load_training_state", "{} holds no learner '{}' (it holds: {})",
+          path.string(), learner, [&] {
             std::string names;
-            for (const auto& [name, count] : steps.items()) names += (names.empty() ? "" : ", ") + name;
+            for (const auto& [name, count] : steps.items())
+              names += (names.empty() ? "" : ", ") + name;
             return names;
           }());
     values.push_back(detail::take_training_state(checkpoint, path, algorithm,

@@ -44,10 +44,10 @@ struct TrainingRecord {
 // Where a training loop stands between two steps: what it needs, besides
 // the learner and the generator, to go on as if it had never stopped.
 struct LoopPosition {
-  std::int64_t step = 0;           // steps taken
-  double interval_loss = 0;        // the record interval's losses so far, each over its length
+  std::int64_t step = 0;            // steps taken
+  double interval_loss = 0;         // the record interval's losses so far, each over its length
   std::int64_t interval_steps = 0;  // steps in the record interval so far
-  double seconds = 0;              // training time before the loop (re)started
+  double seconds = 0;               // training time before the loop (re)started
 };
 
 // How a caller steers a loop: the position it starts from (a resumed run)
@@ -77,7 +77,8 @@ LoopPosition meta_train(Learner& learner, const Sampler& sampler, Generator& gen
   LoopPosition at = control.from;
   check(at.step >= 0 && at.step <= loop.steps && at.interval_steps >= 0 &&
             at.interval_steps < every && at.interval_steps <= at.step,
-        loop.name, "cannot go on from step {} with {} steps into a record interval of {}: the "
+        loop.name,
+        "cannot go on from step {} with {} steps into a record interval of {}: the "
         "loop has {} steps",
         at.step, at.interval_steps, every, loop.steps);
   const auto start = std::chrono::steady_clock::now();
