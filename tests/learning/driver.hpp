@@ -441,6 +441,14 @@ TEST_CASE("a stopped or killed run resumes from its checkpoint to the same bits 
                          .driver = {.meta_optimizer = {.annealing_steps = 40}, .threads = 2}},
         killed);
   }
+  SECTION("MAML++ on one thread, its multi-step loss and derivative order still annealing") {
+    check_stop_and_resume<MamlPlusPlus<nn::Sequential, MseLoss>>(
+        MamlPlusPlusSettings{.inner_loop = {.steps = 2, .learning_rate = 0.01},
+                             .multi_step_loss_steps = 20,
+                             .first_order_steps = 14,
+                             .driver = {.meta_optimizer = {.annealing_steps = 30}, .threads = 1}},
+        killed);
+  }
 }
 
 TEST_CASE("a loop refuses a position it cannot go on from", "[training][errors]") {

@@ -44,9 +44,7 @@ class MetricsLog {
     else
       append(jsonl_, row.dump() + "\n");
     if (new_column) {
-      std::string csv = header();
-      for (const auto& r : rows_) csv += csv_row(r);
-      write_file_atomically(csv_, csv);
+      rewrite_csv();
     } else {
       append(csv_, csv_row(row));
     }
@@ -81,14 +79,18 @@ class MetricsLog {
       start = end + 1;
     }
     write_file_atomically(jsonl_, kept);
-    std::string csv = header();
-    for (const auto& r : rows_) csv += csv_row(r);
-    write_file_atomically(csv_, csv);
+    rewrite_csv();
   }
 
   const std::vector<nlohmann::json>& rows() const { return rows_; }
 
  private:
+  // The CSV file anew, header and every row, in one atomic write.
+  void rewrite_csv() const {
+    std::string csv = header();
+    for (const auto& r : rows_) csv += csv_row(r);
+    write_file_atomically(csv_, csv);
+  }
   std::string header() const {
     std::string line;
     for (std::size_t i = 0; i < columns_.size(); ++i) {
