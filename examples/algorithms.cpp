@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       const Sampler sampler({.support = options.support, .query = options.query});
       const fs::path path = checkpoint_file(checkpoint, dir);
       const auto outcome = train(
-          algorithms, sampler, options, dir, {path, record_of_options},
+          algorithms, sampler, options, dir, path, record_of_options,
           [](const std::string&) { return stream::maml_tasks; }, true);
       if (!is_root()) return 0;  // the other ranks of a distributed run only train
       for (const auto& [name, why] : outcome.diverged) results[name] = {{"diverged", why}};

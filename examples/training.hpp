@@ -250,34 +250,6 @@ inline bool stop_agreed(const platipus::StopSignals& stop) {
   return flag.item() > 0;
 }
 
-// Meta-trains one learner from `from` (a fresh learner: step 0) on tasks
-// from `sampler` drawn from `gen`, with a progress display, appending a row
-// to `log` at every record and saving checkpoints on `schedule`; stops after
-// the step at which every rank has a stop request. Distributed, every rank
-// draws the same batches and computes its slice of each; rank 0 alone shows
-// progress and writes. Returns where it stopped.
-template <class Learner, class Sampler>
-platipus::LoopPosition train_learner(platipus::io::MetricsLog& log, const std::string& name,
-                                     Learner& learner, const Sampler& sampler,
-                                     const TrainingOptions& o, platipus::Generator& gen,
-                                     const platipus::LoopPosition& from,
-                                     const platipus::io::CheckpointSchedule& schedule,
-                                     const platipus::StopSignals& stop) {
-  const platipus::TrainingLoop loop{.steps = o.steps, .meta_batch = o.meta_batch, .name = name};
-  const platipus::TrainingControl control{.from = from,
-                                          .after_step = [&](const platipus::LoopPosition&) {
-                                            return !stop_agreed(stop);
-                                          }};
-  if (!is_root()) return platipus::meta_train(learner, sampler, gen, loop, {}, control);
-  Progress progress(name, o.steps, from.step);
-  return platipus::io::train_and_record(
-      learner, sampler, gen, loop, log, schedule,
-      [&](const platipus::TrainingRecord& r) {
-        progress.update(r.step, fmt::format("query loss {:.3f}", r.query_loss));
-      },
-      control);
-}
-
 // Under MPI, rank 0 says how a meta-step is spread: the ranks and each
 // one's share of the meta-batch (throwing when it cannot be cut).
 inline void announce_ranks(const TrainingOptions& o) {
@@ -293,154 +265,67 @@ inline void announce_ranks(const TrainingOptions& o) {
         ranks->size(), ranks->name(), o.threads, o.meta_batch, fmt::join(slices, " + "));
 }
 
-// The settings of a run that differ from those its checkpoint recorded,
-// as "key: checkpoint's value, this run's value" (nested keys joined by
-// '.'); the thread counts, which do not change a bit, are left out.
-inline std::vector<std::string> differing_settings(const nlohmann::json& recorded,
-                                                   const nlohmann::json& current,
-                                                   const std::string& prefix = "") {
-  std::vector<std::string> differences;
-  if (recorded.is_object() && current.is_object()) {
-    std::set<std::string> keys;
-    for (const auto& [key, value] : recorded.items()) keys.insert(key);
-    for (const auto& [key, value] : current.items()) keys.insert(key);
-    for (const auto& key : keys) {
-      if (key == "threads") continue;
-      const auto missing = nlohmann::json("(none)");
-      const auto& a = recorded.contains(key) ? recorded[key] : missing;
-      const auto& b = current.contains(key) ? current[key] : missing;
-      for (auto& d : differing_settings(a, b, prefix + key + "."))
-        differences.push_back(std::move(d));
-    }
-  } else if (recorded != current) {
-    differences.push_back(fmt::format("{}: {} in the checkpoint, {} now",
-                                      prefix.substr(0, prefix.size() - 1), recorded.dump(),
-                                      current.dump()));
-  }
-  return differences;
-}
-
-// Where a run of several learners saves its training state, and the record
-// of its settings that a resumed run must match.
-struct RunCheckpoint {
-  fs::path file;
-  nlohmann::json options;
-};
-
 // What training a set came to: the learners that diverged, with the reason
-// (with keep_going_after_divergence; they are then out of the set).
-// and on rank 0 the seconds each learner's training took, over every
-// sitting of a resumed run.
+// (with keep_going_after_divergence; they are then out of the set), and on
+// rank 0 the seconds each learner's training took, over every sitting of a
+// resumed run.
 struct TrainedSet {
   std::map<std::string, std::string> diverged;
   std::map<std::string, double> seconds;
 };
 
-// Takes up the run whose training state is in run.file: refuses it, naming
-// each, when the settings differ from the checkpoint's; drops the learners
-// it had seen diverge from the set; loads the others' training states; cuts
-// `log` (rank 0's) back to the rows the checkpoint counted.
-template <class Set>
-platipus::io::ResumedRun resume(Set& learners, const RunCheckpoint& run,
-                                platipus::io::MetricsLog* log, TrainedSet& trained) {
-  platipus::check(fs::exists(run.file), "--resume",
-                  "{} does not exist: there is no run to resume (give --checkpoint, or leave "
-                  "--resume out to start afresh)",
-                  run.file.string());
-  const auto metadata = platipus::io::checkpoint_metadata(run.file, learners);
-  const auto differences =
-      differing_settings(metadata.value("options", nlohmann::json()), run.options);
-  platipus::check(differences.empty(), "--resume",
-                  "{} was written by a run with other settings, and resuming it would not give "
-                  "its bits: {}",
-                  run.file.string(), fmt::join(differences, "; "));
-  for (const auto& [name, why] : metadata.value("diverged", nlohmann::json::object()).items()) {
-    trained.diverged[name] = why.template get<std::string>();
-    learners.erase(name);
-  }
-  auto [generator, rest] = platipus::io::load_training_state(run.file, learners);
-  auto position = platipus::io::RunPosition::read(rest, run.file);
-  if (log != nullptr) log->resume(position.metrics_rows);
-  if (is_root())
-    fmt::print(stderr, "resuming {}: {} at step {}\n", run.file.string(), position.learner,
-               position.loop.step);
-  return {generator, std::move(position), std::move(rest)};
-}
-
-// Meta-trains each learner of a set in turn, appending to
-// <out>/train.{jsonl,csv} as training goes; each draws its tasks from the
-// generator stream stream_of(name). The whole set's training state goes to
-// run.file every --checkpoint-every steps, after each learner's last step
-// and when SIGINT or SIGTERM stops the run (then Stopped is thrown). With
-// --resume the run goes on from run.file: the learners it had finished are
-// not trained again, the one it was training goes on from its step, and the
-// metrics are cut back to the rows the checkpoint counted. A learner that
+// Meta-trains each learner of a set in turn (platipus::io::
+// train_set_and_record), appending to <out>/train.{jsonl,csv} as training
+// goes, with a progress display; each draws its tasks from the generator
+// stream stream_of(name). The whole set's training state goes to
+// `checkpoint` every --checkpoint-every steps, after each learner's last
+// step and when SIGINT or SIGTERM stops the run (then Stopped is thrown,
+// on every rank after the same step). With --resume the run goes on from
+// `checkpoint`, whose recorded settings must be `options`. A learner that
 // diverges ends the run, or with keep_going_after_divergence leaves the set.
 template <class Set, class Sampler, class StreamOf>
 TrainedSet train(Set& learners, const Sampler& sampler, const TrainingOptions& o,
-                 const fs::path& out, const RunCheckpoint& run, StreamOf stream_of,
-                 bool keep_going_after_divergence = false) {
+                 const fs::path& out, const fs::path& checkpoint, const nlohmann::json& options,
+                 StreamOf stream_of, bool keep_going_after_divergence = false) {
   platipus::io::MetricsLog log(out, "train");
   announce_ranks(o);
-  TrainedSet trained;
-  const std::vector<std::string> names = learners.names();  // those resume drops included
-  std::optional<platipus::io::ResumedRun> resumed;
-  if (o.resume) resumed = resume(learners, run, is_root() ? &log : nullptr, trained);
-  const auto metadata = [&] {
-    nlohmann::json m{{"options", run.options}, {"run_id", run_id()}};
-    for (const auto& [name, why] : trained.diverged) m["diverged"][name] = why;
-    return m;
-  };
+  const platipus::io::SetTrainingRun run{
+      .loop = {.steps = o.steps, .meta_batch = o.meta_batch},
+      .seed = o.seed,
+      .stream = stream_of,
+      .file = checkpoint,
+      .checkpoint_every = o.checkpoint_every,
+      .options = options,
+      .metadata = {{"run_id", run_id()}},
+      .resume = o.resume,
+      .keep_going_after_divergence = keep_going_after_divergence};
   const platipus::StopSignals stop;
-  bool reached = !resumed;  // whether the learner the checkpoint was training has come
-  for (const auto& name : names) {
-    if (!reached && name != resumed->position.learner) continue;  // finished before it
-    const bool current = !reached;
-    reached = true;
-    if (!learners.contains(name)) continue;  // it diverged before the checkpoint
-    learners.visit(name, [&](auto& learner) {
-      platipus::Generator gen =
-          current ? resumed->generator : platipus::Generator(o.seed, stream_of(name));
-      if (!current) check_task_memory(name, learner, sampler, o);
-      learner.distribute(shared_world());
-      const platipus::io::CheckpointSchedule schedule{
-          .file = run.file,
-          .every = o.checkpoint_every > 0 ? o.checkpoint_every : std::max(1L, o.steps / 200),
-          .metadata = metadata(),
-          .write = [&](const fs::path& file, const platipus::Generator& g,
-                       const nlohmann::json& m) {
-            platipus::io::save_training_state(file, learners, g, m);
-          }};
-      try {
-        const auto at = train_learner(log, name, learner, sampler, o, gen,
-                                      current ? resumed->position.loop : platipus::LoopPosition{},
-                                      schedule, stop);
-        if (at.step < o.steps) {
-          stop_agreed(stop);  // the ranks wait for rank 0's checkpoint
-          throw Stopped(fmt::format("stopped by {} after step {} of {}; saved {}: the same "
-                                    "command with --resume goes on from there",
-                                    stop.signal() == SIGINT ? "SIGINT" : "SIGTERM", at.step, name,
-                                    run.file.string()),
-                        stop.signal());
-        }
-      } catch (const platipus::divergence& e) {
-        if (!keep_going_after_divergence) throw;
-        fmt::print(stderr, "{}\n", e.what());
-        trained.diverged[name] = e.what();
-      }
-    });
-    if (!trained.diverged.contains(name)) continue;
-    // Out of the set, and out of its checkpoint, which says so.
-    learners.erase(name);
-    if (is_root() && !learners.empty()) {
-      auto m = metadata();
-      m["training_run"] =
-          platipus::io::RunPosition{.learner = name, .loop = {}, .metrics_rows = log.rows().size()}
-              .json();
-      platipus::io::save_training_state(run.file, learners,
-                                        platipus::Generator(o.seed, stream_of(name)), m);
-    }
+  std::optional<Progress> progress;
+  const auto outcome = platipus::io::train_set_and_record(
+      learners, sampler, run, is_root() ? &log : nullptr,
+      [&](const std::string& name, auto& learner, const platipus::LoopPosition& from) {
+        if (from.step == 0) check_task_memory(name, learner, sampler, o);
+        if (from.step > 0 && is_root())
+          fmt::print(stderr, "resuming {}: {} at step {}\n", checkpoint.string(), name, from.step);
+        learner.distribute(shared_world());
+        progress.emplace(name, o.steps, from.step);
+      },
+      [&](const std::string&, const platipus::TrainingRecord& r) {
+        progress->update(r.step, fmt::format("query loss {:.3f}", r.query_loss));
+      },
+      [&](const platipus::LoopPosition&) { return !stop_agreed(stop); });
+  if (outcome.stopped) {
+    stop_agreed(stop);  // the ranks wait for rank 0's checkpoint
+    throw Stopped(
+        fmt::format("stopped by {} after step {} of {}; saved {}: the same command "
+                    "with --resume goes on from there",
+                    stop.signal() == SIGINT ? "SIGINT" : "SIGTERM", outcome.stopped->loop.step,
+                    outcome.stopped->learner, checkpoint.string()),
+        stop.signal());
   }
+  TrainedSet trained{.diverged = outcome.diverged, .seconds = {}};
+  for (const auto& [name, why] : trained.diverged)
+    if (is_root()) fmt::print(stderr, "{}\n", why);
   for (const auto& row : log.rows()) trained.seconds[row["learner"]] = row["seconds"];
   return trained;
 }
@@ -448,8 +333,8 @@ TrainedSet train(Set& learners, const Sampler& sampler, const TrainingOptions& o
 // For a set of the paper's learners: each draws its tasks from the stream of its name.
 template <class Set, class Sampler>
 void train(Set& learners, const Sampler& sampler, const TrainingOptions& o, const fs::path& out,
-           const RunCheckpoint& run) {
-  train(learners, sampler, o, out, run,
+           const fs::path& checkpoint, const nlohmann::json& options) {
+  train(learners, sampler, o, out, checkpoint, options,
         [](const std::string& name) { return stream::training_tasks(name); });
 }
 
@@ -532,7 +417,7 @@ nlohmann::json train_and_save(Set& learners, const Sampler& sampler, const Train
   });
   const fs::path path = checkpoint_file(checkpoint, out);
   const nlohmann::json options = with_learners(settings, learners);
-  train(learners, sampler, o, out, RunCheckpoint{path, options});
+  train(learners, sampler, o, out, path, options);
   if (!is_root()) return nullptr;
   fmt::print(stderr, "saved {}\n", path.string());
   return {{"file", path.string()}, {"run_id", run_id()}, {"options", options}};

@@ -451,6 +451,96 @@ TEST_CASE("a stopped or killed run resumes from its checkpoint to the same bits 
   }
 }
 
+TEST_CASE("a set's run stopped in its second learner resumes without retraining the first",
+          "[training][io][resume]") {
+  namespace fs = std::filesystem;
+  using Set = LearnerSet<Maml<nn::Sequential, MseLoss>, PlatipusModel>;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("platipus-set-run-{}", ::getpid());
+  fs::remove_all(dir);
+  const Sampler sampler({.support = 5, .query = 5});
+  const auto make = [](std::uint64_t seed) {
+    Set set;
+    Generator maml_init(seed), platipus_init(seed);
+    set.add("maml", Maml<nn::Sequential, MseLoss>(
+                        small_network(), MseLoss{},
+                        {.inner_loop = {.steps = 1, .learning_rate = 0.01, .gradient_noise = 0.1},
+                         .driver = {.threads = 2}},
+                        maml_init));
+    set.add("platipus", PlatipusModel(small_network(), MseLoss{},
+                                      {.inner_loop = {.steps = 1, .learning_rate = 0.01},
+                                       .kl_anneal_steps = 30,
+                                       .driver = {.threads = 2}},
+                                      platipus_init));
+    return set;
+  };
+  const auto run_in = [&](const fs::path& out, const nlohmann::json& options) {
+    return io::SetTrainingRun{
+        .loop = {.steps = 20, .meta_batch = 3, .record_every = 3},
+        .seed = 5,
+        .stream = [](const std::string& name) -> std::uint64_t { return name == "maml" ? 1 : 2; },
+        .file = out / "run.safetensors",
+        .checkpoint_every = 4,
+        .options = options,
+        .metadata = {{"note", "set"}}};
+  };
+  std::vector<std::string> prepared;
+  const auto before = [&](const std::string& name, auto&, const LoopPosition& from) {
+    prepared.push_back(fmt::format("{}@{}", name, from.step));
+  };
+  const nlohmann::json options{{"kl_weight", 1}, {"threads", 2}};
+
+  fs::create_directories(dir / "whole");
+  Set whole = make(3);
+  io::MetricsLog whole_log(dir / "whole", "train");
+  CHECK_FALSE(
+      io::train_set_and_record(whole, sampler, run_in(dir / "whole", options), &whole_log, before)
+          .stopped);
+  CHECK(prepared == std::vector<std::string>{"maml@0", "platipus@0"});
+
+  fs::create_directories(dir / "stopped");
+  Set stopped = make(3);
+  io::MetricsLog stopped_log(dir / "stopped", "train");
+  const auto outcome = io::train_set_and_record(
+      stopped, sampler, run_in(dir / "stopped", options), &stopped_log, before, {},
+      [&](const LoopPosition& at) { return prepared.back() != "platipus@0" || at.step < 11; });
+  REQUIRE(outcome.stopped);
+  CHECK(outcome.stopped->learner == "platipus");
+  CHECK(outcome.stopped->loop.step == 11);
+
+  prepared.clear();
+  Set resumed = make(99);
+  io::MetricsLog resumed_log(dir / "stopped", "train");
+  auto run = run_in(dir / "stopped", {{"kl_weight", 1}, {"threads", 1}});  // threads: no bit
+  run.resume = true;
+  CHECK_FALSE(io::train_set_and_record(resumed, sampler, run, &resumed_log, before).stopped);
+  CHECK(prepared == std::vector<std::string>{"platipus@11"});  // MAML is not trained again
+  whole.for_each([&](const std::string& name, const auto& learner) {
+    const auto a = learner.training_state();
+    resumed.visit(name, [&](const auto& other) {
+      const auto b = other.training_state();
+      REQUIRE(a.size() == b.size());
+      for (std::size_t i = 0; i < a.size(); ++i)
+        CHECK(a[i].second->to_vector() == b[i].second->to_vector());
+    });
+  });
+  CHECK(rows_without_seconds(dir / "whole" / "train.jsonl") ==
+        rows_without_seconds(dir / "stopped" / "train.jsonl"));
+  CHECK(io::load(dir / "stopped" / "run.safetensors", resumed)["note"] == "set");
+
+  SECTION("a resume with another setting is refused, naming it") {
+    Set other = make(3);
+    auto changed = run_in(dir / "stopped", {{"kl_weight", 2}});
+    changed.resume = true;
+    CHECK_THROWS_WITH(io::train_set_and_record(other, sampler, changed, nullptr, before),
+                      Catch::Contains("kl_weight: 1 in the checkpoint, 2 now") &&
+                          Catch::Contains("run.safetensors"));
+    changed.file = dir / "none.safetensors";
+    CHECK_THROWS_WITH(io::train_set_and_record(other, sampler, changed, nullptr, before),
+                      Catch::Contains("none.safetensors does not exist"));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a loop refuses a position it cannot go on from", "[training][errors]") {
   Generator init(3), gen(4);
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, {.driver = {.threads = 1}}, init);

@@ -14,13 +14,22 @@
 //   auto resumed = io::resume_training("out/maml.safetensors", maml, log);
 //   io::train_and_record(maml, sampler, resumed.generator, {.steps = 10000, .name = "maml"}, log,
 //                        every_1000, {}, {.from = resumed.position.loop});
+//
+// train_set_and_record does the same for a LearnerSet trained one learner
+// after another (the learners a paper's table compares), as one run with one
+// checkpoint: a resumed run skips the learners it had finished.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "platipus/io/metrics.hpp"
@@ -145,6 +154,165 @@ ResumedRun resume_training(const std::filesystem::path& path, Learner& learner, 
   log.resume(position.metrics_rows);
   metadata.erase("training_run");
   return {generator, std::move(position), std::move(metadata)};
+}
+
+// The settings of a run that differ from those its checkpoint recorded, as
+// "key: A in the checkpoint, B now" (nested keys joined by '.'), but for the
+// keys in `ignored` (thread counts, which change no bit).
+inline std::vector<std::string> differing_settings(
+    const nlohmann::json& recorded, const nlohmann::json& current,
+    const std::set<std::string>& ignored = {"threads"}, const std::string& prefix = "") {
+  std::vector<std::string> differences;
+  if (recorded.is_object() && current.is_object()) {
+    std::set<std::string> keys;
+    for (const auto& [key, value] : recorded.items()) keys.insert(key);
+    for (const auto& [key, value] : current.items()) keys.insert(key);
+    const nlohmann::json none = "(none)";
+    for (const auto& key : keys) {
+      if (ignored.contains(key)) continue;
+      for (auto& d : differing_settings(recorded.contains(key) ? recorded[key] : none,
+                                        current.contains(key) ? current[key] : none, ignored,
+                                        prefix + key + "."))
+        differences.push_back(std::move(d));
+    }
+  } else if (recorded != current) {
+    differences.push_back(fmt::format("{}: {} in the checkpoint, {} now",
+                                      prefix.substr(0, prefix.size() - 1), recorded.dump(),
+                                      current.dump()));
+  }
+  return differences;
+}
+
+// A set's run: every learner trains for loop.steps steps (loop.name is each
+// one's name) on tasks of its own generator stream, Generator(seed,
+// stream(name)); the set's training state goes to `file` every
+// `checkpoint_every` steps (0: at every record), after each learner's last
+// step and on a stop. `options` (the run's settings as the caller records
+// them) is saved with it, under "options" beside `metadata`, and a resume
+// whose options differ is refused naming each difference.
+struct SetTrainingRun {
+  TrainingLoop loop;
+  std::uint64_t seed = 0;
+  std::function<std::uint64_t(const std::string&)> stream = {};
+  std::filesystem::path file;
+  std::int64_t checkpoint_every = 0;
+  nlohmann::json options = nlohmann::json::object();
+  nlohmann::json metadata = nlohmann::json::object();
+  bool resume = false;                       // go on from `file`
+  bool keep_going_after_divergence = false;  // a diverged learner leaves the set; the run goes on
+};
+
+// What a set's run came to: the learners that diverged (this sitting or
+// an earlier one), with the reason, and where a stop request ended it.
+struct SetTrainingOutcome {
+  std::map<std::string, std::string> diverged;
+  std::optional<RunPosition> stopped;
+};
+
+// Takes up a set's run from run.file: refuses it, naming each difference,
+// when run.options differ from those it recorded; drops the learners it had
+// seen diverge from `set` (into `diverged`); loads the others' training
+// states; cuts `log`, if given, back to the rows the checkpoint counted.
+template <class... Learners>
+ResumedRun resume_set(const SetTrainingRun& run, LearnerSet<Learners...>& set, MetricsLog* log,
+                      std::map<std::string, std::string>& diverged) {
+  check(std::filesystem::exists(run.file), "resume", "{} does not exist: there is no run to resume",
+        run.file.string());
+  const auto recorded = checkpoint_metadata(run.file, set);
+  const auto differences =
+      differing_settings(recorded.value("options", nlohmann::json()), run.options);
+  check(differences.empty(), "resume",
+        "{} was written by a run with other settings, and resuming it would not give its bits: {}",
+        run.file.string(), fmt::join(differences, "; "));
+  for (const auto& [name, why] : recorded.value("diverged", nlohmann::json::object()).items()) {
+    diverged[name] = why.template get<std::string>();
+    set.erase(name);
+  }
+  auto [generator, metadata] = load_training_state(run.file, set);
+  auto position = RunPosition::read(metadata, run.file);
+  if (log != nullptr) log->resume(position.metrics_rows);
+  return {generator, std::move(position), std::move(metadata)};
+}
+
+// Trains the learners of `set` in turn as one resumable run (SetTrainingRun),
+// each through train_and_record with `log` (null: train without writing,
+// as an MPI rank other than 0 does); calls before_training(name, learner,
+// from) before each learner trains (from: the position it goes on from, step
+// 0 when fresh; memory checks, MetaLearner::distribute), on_record(name,
+// record) at its records and after_step after each of its steps, which
+// stops the run by returning false. A learner that diverges ends the run
+// with the divergence, or with keep_going_after_divergence leaves the set
+// and its checkpoint.
+template <class... Learners, class Sampler, class BeforeTraining>
+SetTrainingOutcome train_set_and_record(
+    LearnerSet<Learners...>& set, const Sampler& sampler, const SetTrainingRun& run,
+    MetricsLog* log, BeforeTraining&& before_training,
+    const std::function<void(const std::string&, const TrainingRecord&)>& on_record = {},
+    const std::function<bool(const LoopPosition&)>& after_step = {}) {
+  check(static_cast<bool>(run.stream), "train_set_and_record", "the run has no task streams");
+  const std::vector<std::string> names = set.names();  // those resume_set drops included
+  SetTrainingOutcome outcome;
+  std::optional<ResumedRun> resumed;
+  if (run.resume) resumed = resume_set(run, set, log, outcome.diverged);
+  const auto metadata = [&] {
+    nlohmann::json m = run.metadata;
+    m["options"] = run.options;
+    for (const auto& [name, why] : outcome.diverged) m["diverged"][name] = why;
+    return m;
+  };
+  const auto write = [&](const std::filesystem::path& file, const Generator& g,
+                         const nlohmann::json& m) {
+    save_training_state(file, set, g, m);
+  };
+  bool reached = !resumed;  // whether the learner the checkpoint was training has come
+  for (const auto& name : names) {
+    if (!reached && name != resumed->position.learner) continue;  // finished before it
+    const bool current = !reached;
+    reached = true;
+    if (!set.contains(name)) continue;  // it diverged before the checkpoint
+    set.visit(name, [&](auto& learner) {
+      Generator gen = current ? resumed->generator : Generator(run.seed, run.stream(name));
+      const LoopPosition from = current ? resumed->position.loop : LoopPosition{};
+      before_training(name, learner, from);
+      TrainingLoop loop = run.loop;
+      loop.name = name;
+      const TrainingControl control{.from = from, .after_step = after_step};
+      try {
+        const LoopPosition at =
+            log == nullptr ? meta_train(learner, sampler, gen, loop, {}, control)
+                           : train_and_record(
+                                 learner, sampler, gen, loop, *log,
+                                 {.file = run.file,
+                                  .every = run.checkpoint_every > 0 ? run.checkpoint_every
+                                           : loop.record_every > 0
+                                               ? loop.record_every
+                                               : std::max<std::int64_t>(1, loop.steps / 200),
+                                  .metadata = metadata(),
+                                  .write = write},
+                                 [&](const TrainingRecord& r) {
+                                   if (on_record) on_record(name, r);
+                                 },
+                                 control);
+        if (at.step < loop.steps)
+          outcome.stopped = RunPosition{
+              .learner = name, .loop = at, .metrics_rows = log ? log->rows().size() : 0};
+      } catch (const divergence& e) {
+        if (!run.keep_going_after_divergence) throw;
+        outcome.diverged[name] = e.what();
+      }
+    });
+    if (outcome.stopped) return outcome;
+    if (!outcome.diverged.contains(name)) continue;
+    // Out of the set, and out of its checkpoint, which says so.
+    set.erase(name);
+    if (log != nullptr && !set.empty()) {
+      auto m = metadata();
+      m["training_run"] =
+          RunPosition{.learner = name, .loop = {}, .metrics_rows = log->rows().size()}.json();
+      save_training_state(run.file, set, Generator(run.seed, run.stream(name)), m);
+    }
+  }
+  return outcome;
 }
 
 }  // namespace platipus::io
