@@ -224,7 +224,8 @@ ResumedRun resume_set(const SetTrainingRun& run, LearnerSet<Learners...>& set, M
   check(differences.empty(), "resume",
         "{} was written by a run with other settings, and resuming it would not give its bits: {}",
         run.file.string(), fmt::join(differences, "; "));
-  for (const auto& [name, why] : recorded.value("diverged", nlohmann::json::object()).items()) {
+  const auto seen_diverge = recorded.value("diverged", nlohmann::json::object());
+  for (const auto& [name, why] : seen_diverge.items()) {
     diverged[name] = why.template get<std::string>();
     set.erase(name);
   }
