@@ -240,13 +240,13 @@ Learners<Loss> paper_learners(const platipus::nn::Sequential& network, const Los
 // Whether every rank has been asked to stop (SIGINT, SIGTERM): the ranks
 // agree after each step, so that all stop after the same one.
 inline bool stop_agreed(const platipus::StopSignals& stop) {
+  auto* ranks = world();
+  if (ranks == nullptr) return stop.requested();  // no tensor, no device sync per step
   auto flag =
       platipus::Tensor<float, ExampleBackend>::from_host({1}, {stop.requested() ? 1.f : 0.f});
-  if (auto* ranks = world(); ranks != nullptr) {
-    platipus::Tensor<float, ExampleBackend>* buffer = &flag;
-    platipus::all_reduce_sum(*ranks,
-                             std::span<platipus::Tensor<float, ExampleBackend>* const>(&buffer, 1));
-  }
+  platipus::Tensor<float, ExampleBackend>* buffer = &flag;
+  platipus::all_reduce_sum(*ranks,
+                           std::span<platipus::Tensor<float, ExampleBackend>* const>(&buffer, 1));
   return flag.item() > 0;
 }
 

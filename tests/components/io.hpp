@@ -76,6 +76,21 @@ nn::Sequential tiny(std::int64_t hidden = 8) {
   return nn::mlp({.inputs = 1, .hidden = {hidden}, .outputs = 1});
 }
 
+// Tiny learners named `names` ("platipus" a PLATIPUS, the others MAML),
+// the i-th initialised from the seed seed + i.
+using TinySet = LearnerSet<FloatMaml, FloatPlatipus>;
+TinySet tiny_set(std::uint64_t seed, std::initializer_list<std::string> names) {
+  TinySet set;
+  for (const auto& name : names) {
+    Generator init(seed++);
+    if (name == "platipus")
+      set.add(name, FloatPlatipus(tiny(), MseLoss{}, {.driver = {.threads = 1}}, init));
+    else
+      set.add(name, FloatMaml(tiny(), MseLoss{}, {.driver = {.threads = 1}}, init));
+  }
+  return set;
+}
+
 bool same(const Tensor<float>& a, const Tensor<float>& b) {
   return a.shape() == b.shape() && a.to_vector() == b.to_vector();
 }
@@ -224,16 +239,11 @@ TEST_CASE("a training state saved before the first step resumes as a fresh optim
 
 TEST_CASE("a set's training state saves under the learners' names and resumes each one",
           "[components][io][checkpoint][resume]") {
-  using Set = LearnerSet<FloatMaml, FloatPlatipus>;
+  using Set = TinySet;
   TemporaryDirectory dir;
   const auto path = dir / "set.safetensors";
   auto make = [](std::uint64_t seed) {
-    Set set;
-    Generator maml_init(seed), platipus_init(seed + 1);
-    set.add("maml", FloatMaml(tiny(), MseLoss{}, {.driver = {.threads = 1}}, maml_init));
-    set.add("platipus",
-            FloatPlatipus(tiny(), MseLoss{}, {.driver = {.threads = 1}}, platipus_init));
-    return set;
+    return tiny_set(seed, {"maml", "platipus"});
   };
   Set trained = make(60);
   Generator gen(61, 2);
@@ -285,17 +295,11 @@ TEST_CASE("a set's training state saves under the learners' names and resumes ea
 
 TEST_CASE("a set of learners saves in one checkpoint under their names and loads all or none",
           "[components][io][checkpoint]") {
-  using Set = LearnerSet<FloatMaml, FloatPlatipus>;
+  using Set = TinySet;
   TemporaryDirectory dir;
   const auto path = dir / "set.safetensors";
   auto make = [](std::uint64_t seed) {
-    Set set;
-    Generator maml_init(seed), noise_init(seed + 1), platipus_init(seed + 2);
-    set.add("maml", FloatMaml(tiny(), MseLoss{}, {.driver = {.threads = 1}}, maml_init));
-    set.add("maml_noise", FloatMaml(tiny(), MseLoss{}, {.driver = {.threads = 1}}, noise_init));
-    set.add("platipus",
-            FloatPlatipus(tiny(), MseLoss{}, {.driver = {.threads = 1}}, platipus_init));
-    return set;
+    return tiny_set(seed, {"maml", "maml_noise", "platipus"});
   };
   Set trained = make(60);
   Generator data_gen(61);

@@ -180,26 +180,36 @@ void save(const std::filesystem::path& path, const Algorithm& algorithm,
   save_checkpoint(path, algorithm.model().layout(), algorithm.state(), metadata);
 }
 
-// Saves every learner of `set` in one checkpoint, each one's tensors under
-// its name ("maml/theta"). The checkpoint records one layout, so the
-// learners must share their model's architecture.
-template <class... Learners>
-void save(const std::filesystem::path& path, const LearnerSet<Learners...>& set,
-          const nlohmann::json& metadata = nlohmann::json::object()) {
+// Writes one checkpoint of every learner of `set`, the tensors that
+// tensors_of(learner) names (its state(), its training_state()) under the
+// learner's name ("maml/theta"). A checkpoint records one layout, so the
+// learners must share their model's architecture; `who` names the caller.
+template <class... Learners, class TensorsOf>
+void save_set(const std::filesystem::path& path, const LearnerSet<Learners...>& set,
+              const char* who, TensorsOf tensors_of, const nlohmann::json& metadata) {
   using TensorType = StateTensor<std::tuple_element_t<0, std::tuple<Learners...>>>;
-  check(!set.empty(), "save", "{}: the set of learners to save is empty", path.string());
+  check(!set.empty(), who, "{}: the set of learners to save is empty", path.string());
   const nn::ParamLayout* layout = nullptr;
   std::vector<std::pair<std::string, const TensorType*>> named;
   set.for_each([&](const std::string& learner, const auto& algorithm) {
     if (layout == nullptr) layout = &algorithm.model().layout();
-    check(describe_layout(algorithm.model().layout()) == describe_layout(*layout), "save",
+    check(describe_layout(algorithm.model().layout()) == describe_layout(*layout), who,
           "{}: learner '{}' has another architecture than the set's first learner, and a "
           "checkpoint holds one",
           path.string(), learner);
-    for (const auto& [name, tensor] : algorithm.state())
+    for (const auto& [name, tensor] : tensors_of(algorithm))
       named.emplace_back(learner + "/" + name, tensor);
   });
   save_checkpoint(path, *layout, named, metadata);
+}
+
+// Saves every learner of `set` in one checkpoint, each one's tensors under
+// its name ("maml/theta"); the learners must share their architecture.
+template <class... Learners>
+void save(const std::filesystem::path& path, const LearnerSet<Learners...>& set,
+          const nlohmann::json& metadata = nlohmann::json::object()) {
+  save_set(
+      path, set, "save", [](const auto& algorithm) { return algorithm.state(); }, metadata);
 }
 
 // The values in `checkpoint` of `algorithm`'s state, its tensors named

@@ -96,7 +96,8 @@ struct CheckpointSchedule {
 };
 
 // Trains as meta_train does, appending a row {learner: loop.name, step,
-// query_loss, kl, seconds} to `log` at every record (then calling
+// query_loss, the objective's statistics by name (PLATIPUS: kl), seconds}
+// to `log` at every record (then calling
 // on_record, if given) and saving checkpoints on `schedule`, and one more
 // when control.after_step stops the loop. Returns where it stopped.
 template <class Learner, TaskSamplerFor<Learner> Sampler>
@@ -118,11 +119,10 @@ LoopPosition train_and_record(Learner& learner, const Sampler& sampler, Generato
       save_training_state(schedule.file, learner, gen, metadata);
   };
   const auto record = [&](const TrainingRecord& r) {
-    log.record({{"learner", loop.name},
-                {"step", r.step},
-                {"query_loss", r.query_loss},
-                {"kl", r.kl},
-                {"seconds", r.seconds}});
+    nlohmann::json row{{"learner", loop.name}, {"step", r.step}, {"query_loss", r.query_loss}};
+    for (const auto& s : r.statistics) row[std::string(s.name)] = s.value;
+    row["seconds"] = r.seconds;
+    log.record(row);
     if (on_record) on_record(r);
   };
   const auto after_step = [&](const LoopPosition& at) {
@@ -285,9 +285,7 @@ SetTrainingOutcome train_set_and_record(
                                  learner, sampler, gen, loop, *log,
                                  {.file = run.file,
                                   .every = run.checkpoint_every > 0 ? run.checkpoint_every
-                                           : loop.record_every > 0
-                                               ? loop.record_every
-                                               : std::max<std::int64_t>(1, loop.steps / 200),
+                                                                    : loop.record_interval(),
                                   .metadata = metadata(),
                                   .write = write},
                                  [&](const TrainingRecord& r) {

@@ -108,27 +108,16 @@ void save_training_state(const std::filesystem::path& path, const Algorithm& alg
 template <class... Learners>
 void save_training_state(const std::filesystem::path& path, const LearnerSet<Learners...>& set,
                          const Generator& gen, nlohmann::json metadata = nlohmann::json::object()) {
-  using TensorType = StateTensor<std::tuple_element_t<0, std::tuple<Learners...>>>;
   check(metadata.is_object() && !metadata.contains("training_state"), "save_training_state",
         "{}: the metadata must be a JSON object without the key \"training_state\"", path.string());
-  check(!set.empty(), "save_training_state", "{}: the set of learners to save is empty",
-        path.string());
-  const nn::ParamLayout* layout = nullptr;
   nlohmann::json steps = nlohmann::json::object();
-  std::vector<std::pair<std::string, const TensorType*>> named;
   set.for_each([&](const std::string& learner, const auto& algorithm) {
-    if (layout == nullptr) layout = &algorithm.model().layout();
-    check(describe_layout(algorithm.model().layout()) == describe_layout(*layout),
-          "save_training_state",
-          "{}: learner '{}' has another architecture than the set's first learner, and a "
-          "checkpoint holds one",
-          path.string(), learner);
     steps[learner] = static_cast<std::uint64_t>(algorithm.steps());
-    for (const auto& [name, tensor] : algorithm.training_state())
-      named.emplace_back(learner + "/" + name, tensor);
   });
   metadata["training_state"] = {{"steps", steps}, {"generator", detail::generator_json(gen)}};
-  save_checkpoint(path, *layout, named, metadata);
+  save_set(
+      path, set, "save_training_state",
+      [](const auto& algorithm) { return algorithm.training_state(); }, metadata);
 }
 
 // Loads a checkpoint written by save_training_state into a learner of the

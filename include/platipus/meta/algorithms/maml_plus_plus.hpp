@@ -124,7 +124,7 @@ class MamlPlusPlusObjective
           if (const double w = weights[static_cast<std::size_t>(k)]; w > 0) query_loss(phi, w);
         },
         [&](const Pieces<T, B>& theta_pieces) { query_loss(theta_pieces, 1); });
-    return {.objective = objective, .query = query, .support = support, .kl = {}};
+    return {.objective = objective, .query = query, .support = support};
   }
 
   // The step count while the multi-step loss or the derivative order anneal.

@@ -98,6 +98,9 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   using typename Base::Parts;
   using enum PlatipusNames::Part;
   static constexpr std::string_view name = "Platipus";
+  // Reported beside the losses: the mean KL(q(theta | D_test) || p(theta |
+  // D_train)) of Algorithm 1's meta-objective, before the weight beta.
+  static constexpr std::array<std::string_view, 1> statistic_names{"kl"};
   // What a meta-step anneals: beta, ramped over kl_anneal_steps.
   struct Schedule {
     double kl_weight = 0;
@@ -146,7 +149,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     auto objective = query + static_cast<T>(schedule.kl_weight) * kl;
     if (prior_query.defined())
       objective = objective + static_cast<T>(settings_.prior_likelihood_weight) * prior_query;
-    return {.objective = sum(objective), .query = sum(query), .support = {}, .kl = sum(kl)};
+    return {
+        .objective = sum(objective), .query = sum(query), .support = {}, .statistics = {sum(kl)}};
   }
 
   // beta at the meta-step after `steps()` steps; reads the count only while

@@ -27,7 +27,7 @@ ChunkTerms<T, B> adapted_query_terms(const M& model, const L& loss, const Adapte
   Tape<T, B>& tape = adapted.params.front().tape();
   const auto query = task_loss(model, loss, adapted.params, tape.constant(chunk.query_x),
                                tape.constant(chunk.query_y));
-  return {.objective = query, .query = query, .support = adapted.initial_loss, .kl = {}};
+  return {.objective = query, .query = query, .support = adapted.initial_loss};
 }
 
 }  // namespace platipus

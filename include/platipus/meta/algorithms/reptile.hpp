@@ -79,8 +79,7 @@ class ReptileObjective : public ObjectiveBase<M, L, T, B, ReptileSettings, MamlN
     }
     return {.objective = sum(expand(parts[theta], rows) * tape.constant(difference)),
             .query = tape.constant(query),
-            .support = adapted.initial_loss.defined() ? tape.constant(support) : Var<T, B>{},
-            .kl = {}};
+            .support = adapted.initial_loss.defined() ? tape.constant(support) : Var<T, B>{}};
   }
 
   // Parameters adapted to each task's support set: [tasks, P].

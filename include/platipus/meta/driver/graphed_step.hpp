@@ -86,7 +86,9 @@ class GraphedMetaStep {
   }
 
   // The latest step's statistics (waits for it).
-  MetaStepResult statistics() const { return MetaStepResult::read(statistics_); }
+  MetaStepResult statistics() const {
+    return MetaStepResult::read(statistics_, Learner::statistic_names);
+  }
 
   // Kernels, copies and other nodes in the recording.
   std::size_t nodes() const { return graph_->nodes(); }

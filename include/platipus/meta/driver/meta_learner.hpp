@@ -37,11 +37,14 @@ namespace platipus {
 // What one chunk of a meta-batch's tasks contributes to a meta-step, each a
 // sum over the chunk's tasks. The driver differentiates objective / tasks
 // (the meta-loss is the mean over the whole batch) and reports the others
-// (step_statistics); an undefined statistic counts 0.
+// (step_statistics): the query and support losses every objective has, and
+// its own statistics in the order of its statistic_names (PLATIPUS: the
+// KL term); an undefined statistic counts 0.
 template <class T, class B>
 struct ChunkTerms {
   Var<T, B> objective;
-  Var<T, B> query, support, kl;
+  Var<T, B> query, support;
+  std::vector<Var<T, B>> statistics = {};
 };
 
 // What a meta-step reads from the number of steps taken before it, fixed
@@ -67,6 +70,9 @@ struct StepSchedule {
 //                                    the driver derives from it;
 //   initialize(gen)                  their initial values, part_count
 //                                    tensors, drawn from gen;
+//   O::statistic_names               the names of its own statistics
+//                                    (ChunkTerms::statistics), an array of
+//                                    string_view (ObjectiveBase: none);
 //   O::Schedule                      what a meta-step reads from the step
 //                                    count (ObjectiveBase: StepSchedule);
 //   chunk_terms(parts, chunk, noise, schedule)
@@ -100,6 +106,7 @@ concept Objective = requires(
   typename O::Schedule;
   { O::name } -> std::convertible_to<std::string_view>;
   { O::part_names[0] } -> std::convertible_to<std::string_view>;
+  {std::span<const std::string_view>(O::statistic_names)};
   { o.initialize(gen) } -> std::same_as<std::remove_cvref_t<decltype(parts)>>;
   {
     o.chunk_terms(vars, batch, noise, typename O::Schedule{})
@@ -128,6 +135,7 @@ class ObjectiveBase : public N {
   using Names = N;
   using Parts = std::array<Tensor<T, B>, N::part_count>;
   using Schedule = StepSchedule;
+  static constexpr std::array<std::string_view, 0> statistic_names{};
 
   ObjectiveBase(M model, L loss, S settings)
       : model_(std::move(model)), loss_(std::move(loss)), settings_(settings) {}
@@ -157,6 +165,8 @@ class MetaLearner : public O::Names {
   using Part = typename O::Part;
   using Parts = std::array<Tensor<T, B>, O::part_count>;
   using Schedule = typename O::Schedule;
+  // The names of MetaStepResult::statistics, the objective's own.
+  static constexpr std::span<const std::string_view> statistic_names{O::statistic_names};
 
   MetaLearner(typename O::Model model, typename O::Loss loss, Settings settings, Generator& init)
       : objective_(std::move(model), std::move(loss), settings),
@@ -206,12 +216,12 @@ class MetaLearner : public O::Names {
   // One meta-update of the parts on a batch of tasks.
   MetaStepResult meta_train_step(const TaskBatch<T, B>& batch, Generator& gen) {
     check_batch(objective_.loss(), objective_.model(), batch, who(Method::meta_train_step));
-    return MetaStepResult::read(meta_train_step_async(batch, gen));
+    return MetaStepResult::read(meta_train_step_async(batch, gen), statistic_names);
   }
 
-  // The same update with its statistics left on the backend, a [3] tensor
-  // for MetaStepResult::read. With one thread (and a KL weight that no
-  // longer changes) nothing here waits for the device, so a CUDA graph can
+  // The same update with its statistics left on the backend, for
+  // MetaStepResult::read(statistics, statistic_names). With one thread (and
+  // a schedule that no longer changes) nothing here waits for the device, so a CUDA graph can
   // record it (meta/driver/graphed_step.hpp); so the targets are not checked
   // (check_batch), only the shapes.
   Tensor<T, B> meta_train_step_async(const TaskBatch<T, B>& batch, Generator& gen) {
@@ -239,7 +249,7 @@ class MetaLearner : public O::Names {
     check_batch(objective_.loss(), objective_.model(), batch, who(Method::meta_gradient));
     auto [gradients, statistics] = gradient_and_statistics(
         batch, gen, objective_.schedule(steps_reader()), Method::meta_gradient);
-    if (stats) *stats = MetaStepResult::read(statistics);
+    if (stats) *stats = MetaStepResult::read(statistics, statistic_names);
     if constexpr (O::part_count == 1)
       return std::move(gradients[0]);
     else
@@ -452,7 +462,7 @@ class MetaLearner : public O::Names {
     const auto ranges = chunks_of<B>(batch.tasks(), settings().driver.task_chunks, *pool_);
     std::array<Shape, O::part_count> shapes;
     for (std::size_t i = 0; i < shapes.size(); ++i) shapes[i] = parts_[i].shape();
-    ChunkResults<T, B> results(ranges.size(), shapes);
+    ChunkResults<T, B> results(ranges.size(), shapes, 2 + O::statistic_names.size());
     const TaskNoise noise(gen);
     const std::int64_t tasks = full_batch.tasks();
     if (ranges.size() > 1) B::synchronize();  // the workers' streams read this thread's work
@@ -467,7 +477,12 @@ class MetaLearner : public O::Names {
       // The mean over all the batch's tasks, not the chunk's.
       const auto grads =
           grad(terms.objective / static_cast<double>(tasks), std::span<const Var<T, B>>(v));
-      results.store(c, grads, step_statistics(terms.query, terms.support, terms.kl, tasks));
+      check(terms.statistics.size() == O::statistic_names.size(), who(method),
+            "the objective gave {} statistics for its {} names", terms.statistics.size(),
+            O::statistic_names.size());
+      results.store(c, grads,
+                    step_statistics(terms.query, terms.support,
+                                    std::span<const Var<T, B>>(terms.statistics), tasks));
     });
     auto total = results.sum();
     if (communicator_) {

@@ -117,10 +117,11 @@ Tensor<T, B> repeat_tasks(const Tensor<T, B>& x, std::int64_t n) {
 template <class T, class B>
 class ChunkResults {
  public:
-  ChunkResults(std::size_t chunks, std::span<const Shape> gradient_shapes) : buffers_(chunks) {
+  ChunkResults(std::size_t chunks, std::span<const Shape> gradient_shapes, std::size_t statistics)
+      : buffers_(chunks) {
     for (auto& chunk : buffers_) {
       for (const auto& s : gradient_shapes) chunk.emplace_back(s);
-      chunk.emplace_back(Shape{3});  // step_statistics
+      chunk.emplace_back(Shape{static_cast<std::int64_t>(statistics)});  // step_statistics
     }
   }
 

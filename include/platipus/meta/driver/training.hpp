@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "platipus/meta/driver/concepts.hpp"
 #include "platipus/meta/driver/step_statistics.hpp"
@@ -29,15 +30,21 @@ struct TrainingLoop {
   std::int64_t meta_batch = 25;        // tasks per meta-step
   std::int64_t record_every = 0;       // steps per record; 0: steps / 200 (at least 1)
   std::string name = "meta-training";  // names the run in errors
+
+  // Steps between two records. It derives from `steps` alone, so a resumed
+  // loop records at the same steps as one that never stopped.
+  std::int64_t record_interval() const {
+    return record_every > 0 ? record_every : std::max<std::int64_t>(1, steps / 200);
+  }
 };
 
 // What a record reports: the step it was taken after, the mean query loss
-// over the steps since the last record, the latest step's KL term and the
-// seconds since training started.
+// over the steps since the last record, the latest step's own statistics of
+// the objective (PLATIPUS's "kl") and the seconds since training started.
 struct TrainingRecord {
   std::int64_t step = 0;
   double query_loss = 0;
-  double kl = 0;
+  std::vector<Statistic> statistics = {};
   double seconds = 0;
 };
 
@@ -70,10 +77,7 @@ LoopPosition meta_train(Learner& learner, const Sampler& sampler, Generator& gen
   check_non_negative(loop.name, "steps", loop.steps);
   check_positive(loop.name, "meta_batch", loop.meta_batch);
   check_non_negative(loop.name, "record_every", loop.record_every);
-  // The cadence derives from `steps` alone, so a resumed loop records at
-  // the same steps as one that never stopped.
-  const std::int64_t every =
-      loop.record_every > 0 ? loop.record_every : std::max<std::int64_t>(1, loop.steps / 200);
+  const std::int64_t every = loop.record_interval();
   LoopPosition at = control.from;
   check(at.step >= 0 && at.step <= loop.steps && at.interval_steps >= 0 &&
             at.interval_steps < every && at.interval_steps <= at.step,
@@ -90,11 +94,17 @@ LoopPosition meta_train(Learner& learner, const Sampler& sampler, Generator& gen
     const std::int64_t step = at.step + 1;
     const MetaStepResult result =
         learner.meta_train_step(sampler.sample(loop.meta_batch, gen), gen);
-    if (!std::isfinite(result.query_loss) || !std::isfinite(result.kl))
+    const bool finite = std::isfinite(result.query_loss) &&
+                        std::ranges::all_of(result.statistics, [](const Statistic& s) {
+                          return std::isfinite(s.value);
+                        });
+    if (!finite) {
+      std::string values = fmt::format("query loss {}", result.query_loss);
+      for (const auto& s : result.statistics) values += fmt::format(", {} {}", s.name, s.value);
       throw divergence(fmt::format(
-          "{}: meta-training diverged at step {} (query loss {}, KL {}); try a smaller meta or "
-          "inner learning rate",
-          loop.name, step, result.query_loss, result.kl));
+          "{}: meta-training diverged at step {} ({}); try a smaller meta or inner learning rate",
+          loop.name, step, values));
+    }
     at.step = step;
     at.interval_loss += result.query_loss / static_cast<double>(every);
     ++at.interval_steps;
@@ -107,7 +117,10 @@ LoopPosition meta_train(Learner& learner, const Sampler& sampler, Generator& gen
       at.interval_loss = 0;
       at.interval_steps = 0;
       if (on_record)
-        on_record({.step = step, .query_loss = mean, .kl = result.kl, .seconds = seconds()});
+        on_record({.step = step,
+                   .query_loss = mean,
+                   .statistics = result.statistics,
+                   .seconds = seconds()});
     }
     if (control.after_step) {
       LoopPosition now = at;
