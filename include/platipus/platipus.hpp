@@ -4,6 +4,7 @@
 
 #include "platipus/autodiff.hpp"
 #include "platipus/core/memory.hpp"
+#include "platipus/core/version.hpp"
 #include "platipus/data/circles.hpp"
 #include "platipus/data/sinusoid_line.hpp"
 #include "platipus/meta/algorithms/anil.hpp"

@@ -182,28 +182,47 @@ TEST_CASE("a training state refuses what cannot resume with the same bits, namin
   FloatMaml other(tiny(), MseLoss{}, {.driver = {.threads = 1}}, other_init);
   const auto before = other.parameters().to_vector();
   const nlohmann::json position{{"seed", 1}, {"stream", 0}, {"counter", 0}};
+  const std::string this_version(platipus::library_version);
   SECTION("meta-parameters alone, as io::save writes them") {
     io::save(path, maml);
     CHECK_THROWS_WITH(io::load_training_state(path, other),
                       Contains(path.string()) && Contains("no training state"));
   }
   SECTION("a step count that is not the optimiser's") {
-    io::save_checkpoint(path, maml.model().layout(), maml.training_state(),
-                        {{"training_state", {{"steps", 5}, {"generator", position}}}});
+    io::save_checkpoint(
+        path, maml.model().layout(), maml.training_state(),
+        {{"training_state",
+          {{"steps", 5}, {"generator", position}, {"library_version", this_version}}}});
     CHECK_THROWS_WITH(io::load_training_state(path, other),
                       Contains(path.string()) && Contains("5 steps") && Contains("adam.step"));
   }
   SECTION("a generator position that is missing") {
     io::save_checkpoint(path, maml.model().layout(), maml.training_state(),
-                        {{"training_state", {{"steps", 1}}}});
+                        {{"training_state", {{"steps", 1}, {"library_version", this_version}}}});
     CHECK_THROWS_WITH(io::load_training_state(path, other),
                       Contains(path.string()) && Contains("\"seed\""));
   }
   SECTION("moments missing from a state past its first step") {
-    io::save_checkpoint(path, maml.model().layout(), maml.state(),
-                        {{"training_state", {{"steps", 1}, {"generator", position}}}});
+    io::save_checkpoint(
+        path, maml.model().layout(), maml.state(),
+        {{"training_state",
+          {{"steps", 1}, {"generator", position}, {"library_version", this_version}}}});
     CHECK_THROWS_WITH(io::load_training_state(path, other),
                       Contains(path.string()) && Contains("adam.first/theta"));
+  }
+  SECTION("another library version, or none recorded") {
+    io::save_checkpoint(path, maml.model().layout(), maml.training_state(),
+                        {{"training_state",
+                          {{"steps", 1}, {"generator", position}, {"library_version", "0.0.9"}}}});
+    CHECK_THROWS_WITH(io::load_training_state(path, other),
+                      Contains(path.string()) && Contains("platipus 0.0.9") &&
+                          Contains("this is platipus " + this_version));
+    io::save_checkpoint(path, maml.model().layout(), maml.training_state(),
+                        {{"training_state", {{"steps", 1}, {"generator", position}}}});
+    CHECK_THROWS_WITH(io::load_training_state(path, other),
+                      Contains(path.string()) && Contains("did not record its version"));
+    TinySet set = tiny_set(70, {"maml"});
+    CHECK_THROWS_WITH(io::load_training_state(path, set), Contains("did not record its version"));
   }
   SECTION("another architecture") {
     io::save_training_state(path, maml, gen);

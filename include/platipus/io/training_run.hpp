@@ -120,7 +120,11 @@ LoopPosition train_and_record(Learner& learner, const Sampler& sampler, Generato
   };
   const auto record = [&](const TrainingRecord& r) {
     nlohmann::json row{{"learner", loop.name}, {"step", r.step}, {"query_loss", r.query_loss}};
-    for (const auto& s : r.statistics) row[std::string(s.name)] = s.value;
+    for (const auto& s : r.statistics) {
+      check(!row.contains(s.name) && s.name != "seconds", "train_and_record",
+            "the objective's statistic '{}' has the name of a metrics column", s.name);
+      row[std::string(s.name)] = s.value;
+    }
     row["seconds"] = r.seconds;
     log.record(row);
     if (on_record) on_record(r);

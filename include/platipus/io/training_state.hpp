@@ -3,7 +3,8 @@
 // learner's training_state() (meta-parameters, the meta-optimiser's moments
 // and its step number, from which every schedule derives: KL annealing, the
 // cosine meta learning rate, MAML++'s) and, in the metadata under
-// "training_state", the step count and the training generator's position,
+// "training_state", the step count, the training generator's position and
+// the library version that wrote it (a run resumes only under the same one),
 // beside the caller's metadata. One atomic write (io/checkpoint.hpp).
 //
 //   io::save_training_state("run.safetensors", maml, gen, {{"options", ...}});
@@ -23,6 +24,7 @@
 
 #include "platipus/core/error.hpp"
 #include "platipus/core/philox.hpp"
+#include "platipus/core/version.hpp"
 #include "platipus/io/checkpoint.hpp"
 
 namespace platipus::io {
@@ -35,11 +37,17 @@ struct ResumedTraining {
 
 namespace detail {
 
-inline nlohmann::json generator_json(const Generator& gen) {
-  return {{"seed", gen.seed()}, {"stream", gen.stream()}, {"counter", gen.counter()}};
+// metadata["training_state"]: the step count(s) (one, or one per learner
+// of a set), the generator's position and this library's version.
+inline nlohmann::json state_json(nlohmann::json steps, const Generator& gen) {
+  return {
+      {"steps", std::move(steps)},
+      {"generator", {{"seed", gen.seed()}, {"stream", gen.stream()}, {"counter", gen.counter()}}},
+      {"library_version", std::string(library_version)}};
 }
 
-// metadata["training_state"] as save_training_state wrote it, checked.
+// metadata["training_state"] as save_training_state wrote it, checked, of
+// this library's version.
 inline nlohmann::json saved_state(const nlohmann::json& metadata,
                                   const std::filesystem::path& path) {
   nlohmann::json state =
@@ -48,6 +56,16 @@ inline nlohmann::json saved_state(const nlohmann::json& metadata,
         "{} holds no training state (written by io::save, which keeps the meta-parameters "
         "only): it cannot resume training; io::load reads it",
         path.string());
+  const auto& written =
+      state.contains("library_version") ? state["library_version"] : nlohmann::json();
+  check(written.is_string() && written.get<std::string>() == library_version, "load_training_state",
+        "{} is a training state of {}, and this is platipus {}: a run resumes only under the "
+        "version that wrote it, whose meta-steps compute the same bits (io::load reads its "
+        "meta-parameters)",
+        path.string(),
+        written.is_string() ? "platipus " + written.get<std::string>()
+                            : std::string("a platipus that did not record its version"),
+        library_version);
   return state;
 }
 
@@ -97,8 +115,8 @@ void save_training_state(const std::filesystem::path& path, const Algorithm& alg
                          const Generator& gen, nlohmann::json metadata = nlohmann::json::object()) {
   check(metadata.is_object() && !metadata.contains("training_state"), "save_training_state",
         "{}: the metadata must be a JSON object without the key \"training_state\"", path.string());
-  metadata["training_state"] = {{"steps", static_cast<std::uint64_t>(algorithm.steps())},
-                                {"generator", detail::generator_json(gen)}};
+  metadata["training_state"] =
+      detail::state_json(static_cast<std::uint64_t>(algorithm.steps()), gen);
   save_checkpoint(path, algorithm.model().layout(), algorithm.training_state(), metadata);
 }
 
@@ -114,7 +132,7 @@ void save_training_state(const std::filesystem::path& path, const LearnerSet<Lea
   set.for_each([&](const std::string& learner, const auto& algorithm) {
     steps[learner] = static_cast<std::uint64_t>(algorithm.steps());
   });
-  metadata["training_state"] = {{"steps", steps}, {"generator", detail::generator_json(gen)}};
+  metadata["training_state"] = detail::state_json(std::move(steps), gen);
   save_set(
       path, set, "save_training_state",
       [](const auto& algorithm) { return algorithm.training_state(); }, metadata);

@@ -5,7 +5,9 @@
 // (MetaStepResult::read) is what synchronises.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
