@@ -451,6 +451,39 @@ TEST_CASE("every settings struct goes to JSON and back, keeping the defaults of 
             .inner_loop.steps == 1);
 }
 
+TEST_CASE("the networks', losses' and task samplers' settings go to JSON and back",
+          "[components][io][settings]") {
+  const nn::MlpSettings mlp{.inputs = 2,
+                            .hidden = {30, 20},
+                            .outputs = 3,
+                            .activation = nn::Activation::tanh,
+                            .bias_transform = 4,
+                            .init = nn::Init::glorot_uniform};
+  const nlohmann::json j = mlp;
+  CHECK(j["activation"] == "tanh");
+  CHECK(j["init"] == "glorot_uniform");
+  const auto back = j.get<nn::MlpSettings>();
+  CHECK(back.hidden == mlp.hidden);
+  CHECK(nn::mlp(back).layout().size() == nn::mlp(mlp).layout().size());
+  CHECK(nlohmann::json(back) == j);
+
+  const nn::ConvNetSettings conv{
+      .channels = 3, .size = 84, .filters = 32, .strided = true, .batch_norm = false};
+  CHECK(nlohmann::json(nlohmann::json(conv).get<nn::ConvNetSettings>()) == nlohmann::json(conv));
+  const data::SinusoidLineSettings sine{.support = 7, .noise_std = 0.1, .sinusoid_fraction = 1};
+  CHECK(nlohmann::json(nlohmann::json(sine).get<data::SinusoidLineSettings>()) ==
+        nlohmann::json(sine));
+  const data::CirclesSettings circles{.support = 2, .radius_max = 1.5};
+  CHECK(nlohmann::json(circles).get<data::CirclesSettings>().radius_max == 1.5);
+  CHECK(nlohmann::json{{"noise_std", 0.5}}.get<GaussianNllLoss>().noise_std == 0.5);
+  CHECK(nlohmann::json{{"reduction", "sum"}}.get<SoftmaxCrossEntropyLoss>().reduction ==
+        Reduction::sum);
+  CHECK_THROWS_WITH(nlohmann::json({{"activation", "gelu"}}).get<nn::MlpSettings>(),
+                    Contains("\"activation\"") && Contains("none of none, relu, tanh, sigmoid"));
+  CHECK_THROWS_WITH(nlohmann::json({{"noise_std", 0.5}}).get<MseLoss>(),
+                    Contains("unknown setting \"noise_std\""));
+}
+
 TEST_CASE("reading settings from JSON refuses unknown keys and values of another type, naming them",
           "[components][io][settings][errors]") {
   auto refused = [](const nlohmann::json& j) {

@@ -23,12 +23,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "platipus/data/circles.hpp"
+#include "platipus/data/sinusoid_line.hpp"
 #include "platipus/meta/algorithms/anil.hpp"
 #include "platipus/meta/algorithms/maml.hpp"
 #include "platipus/meta/algorithms/maml_plus_plus.hpp"
 #include "platipus/meta/algorithms/meta_sgd.hpp"
 #include "platipus/meta/algorithms/platipus.hpp"
 #include "platipus/meta/algorithms/reptile.hpp"
+#include "platipus/nn/losses.hpp"
+#include "platipus/nn/sequential.hpp"
 #include "platipus/optim/optimizers.hpp"
 
 namespace platipus::io {
@@ -45,6 +49,24 @@ template <>
 struct EnumNames<PosteriorData> {
   static constexpr std::array<std::pair<PosteriorData, std::string_view>, 2> names{
       {{PosteriorData::query, "query"}, {PosteriorData::support_and_query, "support_and_query"}}};
+};
+
+template <>
+struct EnumNames<nn::Activation> {
+  static constexpr std::array<std::pair<nn::Activation, std::string_view>, 4> names{
+      {{nn::Activation::none, "none"},
+       {nn::Activation::relu, "relu"},
+       {nn::Activation::tanh, "tanh"},
+       {nn::Activation::sigmoid, "sigmoid"}}};
+};
+template <>
+struct EnumNames<nn::Init> {
+  static constexpr std::array<std::pair<nn::Init, std::string_view>, 5> names{
+      {{nn::Init::zeros, "zeros"},
+       {nn::Init::ones, "ones"},
+       {nn::Init::uniform_fan_in, "uniform_fan_in"},
+       {nn::Init::glorot_uniform, "glorot_uniform"},
+       {nn::Init::he_normal, "he_normal"}}};
 };
 
 // The field lists: visit(name, field) for each field, in declaration order.
@@ -134,6 +156,76 @@ void fields(S& s, V&& visit) {
   visit("multi_step_loss_steps", s.multi_step_loss_steps);
   visit("first_order_steps", s.first_order_steps);
   driver_fields(s, visit);
+}
+
+// The losses', the networks' and the task samplers' settings.
+template <class S, class V>
+requires std::same_as<std::remove_const_t<S>, MseLoss> ||
+    std::same_as<std::remove_const_t<S>, BceWithLogitsLoss> ||
+    std::same_as<std::remove_const_t<S>, SoftmaxCrossEntropyLoss>
+void fields(S& s, V&& visit) {
+  visit("reduction", s.reduction);
+}
+
+template <class S, class V>
+requires std::same_as<std::remove_const_t<S>, GaussianNllLoss>
+void fields(S& s, V&& visit) {
+  visit("noise_std", s.noise_std);
+  visit("reduction", s.reduction);
+}
+
+template <class S, class V>
+requires std::same_as<std::remove_const_t<S>, nn::MlpSettings>
+void fields(S& s, V&& visit) {
+  visit("inputs", s.inputs);
+  visit("hidden", s.hidden);
+  visit("outputs", s.outputs);
+  visit("activation", s.activation);
+  visit("bias_transform", s.bias_transform);
+  visit("init", s.init);
+}
+
+template <class S, class V>
+requires std::same_as<std::remove_const_t<S>, nn::ConvNetSettings>
+void fields(S& s, V&& visit) {
+  visit("channels", s.channels);
+  visit("size", s.size);
+  visit("filters", s.filters);
+  visit("blocks", s.blocks);
+  visit("outputs", s.outputs);
+  visit("strided", s.strided);
+  visit("batch_norm", s.batch_norm);
+  visit("activation", s.activation);
+}
+
+template <class S, class V>
+requires std::same_as<std::remove_const_t<S>, data::SinusoidLineSettings>
+void fields(S& s, V&& visit) {
+  visit("support", s.support);
+  visit("query", s.query);
+  visit("noise_std", s.noise_std);
+  visit("x_min", s.x_min);
+  visit("x_max", s.x_max);
+  visit("amplitude_min", s.amplitude_min);
+  visit("amplitude_max", s.amplitude_max);
+  visit("phase_min", s.phase_min);
+  visit("phase_max", s.phase_max);
+  visit("line_min", s.line_min);
+  visit("line_max", s.line_max);
+  visit("sinusoid_fraction", s.sinusoid_fraction);
+}
+
+template <class S, class V>
+requires std::same_as<std::remove_const_t<S>, data::CirclesSettings>
+void fields(S& s, V&& visit) {
+  visit("support", s.support);
+  visit("query", s.query);
+  visit("positive_fraction", s.positive_fraction);
+  visit("domain", s.domain);
+  visit("centre_min", s.centre_min);
+  visit("centre_max", s.centre_max);
+  visit("radius_min", s.radius_min);
+  visit("radius_max", s.radius_max);
 }
 
 // Whether S lists its fields (a named visitor: Clang 14 takes a lambda in a

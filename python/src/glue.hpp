@@ -1,0 +1,126 @@
+// What the bindings put between Python and the library: settings as JSON
+// text (io/settings_json.hpp reads them strictly, so a misspelt keyword is
+// an error naming it), one loss type over the library's losses and one task
+// sampler type over its samplers and Python callables, so that each learner
+// is compiled once per dtype; and the error that Python sees as OSError.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include <nanobind/nanobind.h>
+#include <nlohmann/json.hpp>
+
+#include "arrays.hpp"
+#include "platipus/io/checkpoint.hpp"
+#include "platipus/io/settings_json.hpp"
+#include "platipus/platipus.hpp"
+
+namespace platipus::python {
+
+// A platipus::error from reading or writing a file: Python's OSError.
+class file_error : public error {
+ public:
+  using error::error;
+};
+
+// Runs f, turning the platipus::error it throws into a file_error.
+template <class F>
+decltype(auto) with_file(F&& f) {
+  try {
+    return f();
+  } catch (const file_error&) {
+    throw;
+  } catch (const error& e) {
+    throw file_error(e.what());
+  }
+}
+
+// Settings of type S from JSON text, `who` naming the caller in errors.
+template <class S>
+S settings_from(const std::string& json, std::string_view who) {
+  try {
+    return nlohmann::json::parse(json).get<S>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(who, "{}", e.what());
+  } catch (const error& e) {
+    fail(who, "{}", e.what());
+  }
+}
+
+// The library's losses as one type; a learner is compiled once for all.
+struct AnyLoss {
+  std::variant<MseLoss, GaussianNllLoss, BceWithLogitsLoss, SoftmaxCrossEntropyLoss> loss;
+  std::string name;
+
+  template <class T, class B>
+  Var<T, B> operator()(const Var<T, B>& prediction, const Var<T, B>& target, int batch_dims) const {
+    return std::visit([&](const auto& l) { return l(prediction, target, batch_dims); }, loss);
+  }
+
+  template <class T, class B>
+  void check_targets(const Tensor<T, B>& y, std::int64_t outputs, std::string_view who) const {
+    std::visit(
+        [&](const auto& l) {
+          if constexpr (requires { l.check_targets(y, outputs, who); })
+            l.check_targets(y, outputs, who);
+        },
+        loss);
+  }
+};
+
+// Four arrays as a batch of tasks, checked as the learners check one.
+template <class T>
+TaskBatch<T, cpu> batch_of(const Array& support_x, const Array& support_y, const Array& query_x,
+                           const Array& query_y, std::string_view who) {
+  TaskBatch<T, cpu> batch{
+      tensor_of<T>(support_x, who, "support_x"), tensor_of<T>(support_y, who, "support_y", 3),
+      tensor_of<T>(query_x, who, "query_x"), tensor_of<T>(query_y, who, "query_y", 3)};
+  batch.validate(who);
+  return batch;
+}
+
+// A task sampler: one of the library's, by its settings, or a Python
+// callable `sample(tasks, generator)` returning (support_x, support_y,
+// query_x, query_y).
+struct AnySampler {
+  std::variant<data::SinusoidLineSettings, data::CirclesSettings, nb::object> source;
+
+  // The sampler that a learner of dtype T trains on.
+  template <class T>
+  std::function<TaskBatch<T, cpu>(std::int64_t, Generator&)> for_dtype() const {
+    if (const auto* s = std::get_if<data::SinusoidLineSettings>(&source))
+      return [sampler = data::SinusoidLineSampler<T>(*s)](std::int64_t n, Generator& gen) {
+        return sampler.sample(n, gen);
+      };
+    if (const auto* s = std::get_if<data::CirclesSettings>(&source))
+      return [sampler = data::CirclesSampler<T>(*s)](std::int64_t n, Generator& gen) {
+        return sampler.sample(n, gen);
+      };
+    return [callable = std::get<nb::object>(source)](std::int64_t n, Generator& gen) {
+      nb::gil_scoped_acquire gil;
+      const nb::object drawn = callable(n, nb::cast(&gen, nb::rv_policy::reference));
+      const char* who = "a Python task sampler";
+      nb::tuple four;
+      check(nb::try_cast(drawn, four) && four.size() == 4, who,
+            "must return (support_x, support_y, query_x, query_y), got {}",
+            nb::str(nb::handle(drawn.type())).c_str());
+      // Copies: the arrays are the callable's, and die with the tuple.
+      auto batch = batch_of<T>(nb::cast<Array>(four[0]), nb::cast<Array>(four[1]),
+                               nb::cast<Array>(four[2]), nb::cast<Array>(four[3]), who);
+      return TaskBatch<T, cpu>{batch.support_x.clone(), batch.support_y.clone(),
+                               batch.query_x.clone(), batch.query_y.clone()};
+    };
+  }
+};
+
+// The sampler type the library's training loop takes.
+template <class T>
+struct ErasedSampler {
+  std::function<TaskBatch<T, cpu>(std::int64_t, Generator&)> draw;
+  TaskBatch<T, cpu> sample(std::int64_t tasks, Generator& gen) const { return draw(tasks, gen); }
+};
+
+}  // namespace platipus::python

@@ -1,0 +1,3 @@
+#include "learners_all.hpp"
+
+template void platipus::python::bind_learners<double>(nanobind::module_&);

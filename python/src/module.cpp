@@ -1,0 +1,113 @@
+// platipus._platipus: the extension module under the Python package
+// (python/platipus). Settings travel as JSON text, which the package writes
+// from keyword arguments; see docs/python.md.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "learners_all.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace platipus;
+using namespace platipus::python;
+
+namespace {
+
+AnyLoss loss_from(const std::string& kind, const std::string& settings) {
+  if (kind == "MseLoss") return {settings_from<MseLoss>(settings, kind), kind};
+  if (kind == "GaussianNllLoss") return {settings_from<GaussianNllLoss>(settings, kind), kind};
+  if (kind == "BceWithLogitsLoss") return {settings_from<BceWithLogitsLoss>(settings, kind), kind};
+  if (kind == "SoftmaxCrossEntropyLoss")
+    return {settings_from<SoftmaxCrossEntropyLoss>(settings, kind), kind};
+  fail("loss", "no loss named '{}'", kind);
+}
+
+template <class T>
+nb::tuple sample_tasks(const AnySampler& sampler, std::int64_t tasks, Generator& gen) {
+  TaskBatch<T, cpu> batch;
+  const auto draw = sampler.template for_dtype<T>();
+  {
+    nb::gil_scoped_release release;
+    batch = draw(tasks, gen);
+  }
+  return nb::make_tuple(array_of(batch.support_x), array_of(batch.support_y),
+                        array_of(batch.query_x), array_of(batch.query_y));
+}
+
+}  // namespace
+
+NB_MODULE(_platipus, m) {
+  m.doc() = "platipus's C++ core; use the package `platipus`, which wraps it.";
+  m.attr("library_version") = std::string(library_version);
+
+  // platipus::error: ValueError; a file's: OSError; divergence: FloatingPointError.
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const divergence& e) {
+      PyErr_SetString(PyExc_FloatingPointError, e.what());
+    } catch (const file_error& e) {
+      PyErr_SetString(PyExc_OSError, e.what());
+    } catch (const error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<Generator>(m, "Generator")
+      .def(nb::init<std::uint64_t, std::uint64_t>(), "seed"_a = 0, "stream"_a = 0)
+      .def_prop_ro("seed", &Generator::seed)
+      .def_prop_ro("stream", &Generator::stream)
+      .def_prop_ro("counter", &Generator::counter)
+      .def("__repr__", [](const Generator& g) {
+        return fmt::format("Generator(seed={}, stream={}, counter={})", g.seed(), g.stream(),
+                           g.counter());
+      });
+
+  nb::class_<nn::Sequential>(m, "Network")
+      .def_prop_ro("parameter_count", [](const nn::Sequential& n) { return n.layout().size(); })
+      .def_prop_ro("layout",
+                   [](const nn::Sequential& n) {
+                     std::vector<std::tuple<std::string, std::vector<std::int64_t>>> pieces;
+                     for (const auto& s : n.layout().specs())
+                       pieces.emplace_back(
+                           s.name, std::vector<std::int64_t>(s.shape.begin(), s.shape.end()));
+                     return pieces;
+                   })
+      .def(
+          "initialize",
+          [](const nn::Sequential& n, Generator& gen, const std::string& dtype) -> nb::object {
+            if (dtype == "float32") return nb::cast(array_of(n.initialize<float, cpu>(gen)));
+            check(dtype == "float64", "Network.initialize",
+                  "dtype must be 'float32' or 'float64', got '{}'", dtype);
+            return nb::cast(array_of(n.initialize<double, cpu>(gen)));
+          },
+          "generator"_a, "dtype"_a);
+  m.def("mlp", [](const std::string& settings) {
+    return nn::mlp(settings_from<nn::MlpSettings>(settings, "mlp"));
+  });
+  m.def("conv4", [](const std::string& settings) {
+    return nn::conv4(settings_from<nn::ConvNetSettings>(settings, "conv4"));
+  });
+
+  nb::class_<AnyLoss>(m, "Loss").def_ro("name", &AnyLoss::name);
+  m.def("loss", &loss_from, "kind"_a, "settings"_a);
+
+  nb::class_<AnySampler>(m, "Sampler")
+      .def("sample_float32", &sample_tasks<float>, "tasks"_a, "generator"_a)
+      .def("sample_float64", &sample_tasks<double>, "tasks"_a, "generator"_a);
+  m.def("sinusoid_line", [](const std::string& settings) {
+    const auto s = settings_from<data::SinusoidLineSettings>(settings, "SinusoidLine");
+    data::SinusoidLineSampler<float> check_settings(s);
+    return AnySampler{s};
+  });
+  m.def("circles", [](const std::string& settings) {
+    const auto s = settings_from<data::CirclesSettings>(settings, "Circles");
+    data::CirclesSampler<float> check_settings(s);
+    return AnySampler{s};
+  });
+  m.def("python_sampler", [](nb::callable f) { return AnySampler{nb::object(f)}; });
+
+  bind_learners<float>(m);
+  bind_learners<double>(m);
+}
