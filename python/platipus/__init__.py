@@ -33,11 +33,13 @@ from ._parts import (
     Circles,
     GaussianNllLoss,
     MseLoss,
+    SineLineFunction,
     SinusoidLine,
     SoftmaxCrossEntropyLoss,
     conv4,
     mlp,
 )
+from ._scores import estimate, score_classification, score_regression
 
 __version__ = library_version
 
@@ -56,8 +58,12 @@ __all__ = [
     "Network",
     "Platipus",
     "Reptile",
+    "SineLineFunction",
     "SinusoidLine",
     "SoftmaxCrossEntropyLoss",
     "conv4",
+    "estimate",
     "mlp",
+    "score_classification",
+    "score_regression",
 ]

@@ -16,6 +16,12 @@ from ._parts import _dtype_name, _Sampler
 Sampler = Union[_Sampler, Callable[[int, _core.Generator], Tuple[np.ndarray, ...]]]
 
 
+def _core_sampler(sampler: Sampler) -> _core.Sampler:
+    if isinstance(sampler, _Sampler):
+        return sampler._core
+    return _core.python_sampler(sampler)
+
+
 class _Learner:
     _name = ""
 
@@ -93,13 +99,9 @@ class _Learner:
             if callback is not None:
                 callback(record)
 
-        core_sampler = (
-            sampler._core
-            if isinstance(sampler, _Sampler)
-            else _core.python_sampler(sampler)
-        )
         self._core.fit(
-            core_sampler, self._gen(generator), steps, meta_batch, record_every, on_record
+            _core_sampler(sampler), self._gen(generator), steps, meta_batch, record_every,
+            on_record,
         )
         return records
 
@@ -146,6 +148,43 @@ class _Learner:
         """Each task's mean query loss after adapting to its support set, ``[tasks]``."""
         return self._core.query_losses(
             support_x, support_y, query_x, query_y, self._gen(generator)
+        )
+
+    def held_out_regression(
+        self,
+        sampler: Sampler,
+        *,
+        noise_std: float,
+        task_generator: _core.Generator,
+        model_generator: _core.Generator,
+        tasks: int = 600,
+        samples: int = 10,
+        batch: int = 100,
+    ) -> List[Dict[str, float]]:
+        """Each of ``tasks`` fresh tasks' scores (``mse``, ``nll``, ``coverage``
+        of the central 90% interval, ``mse_per_sample``; C++
+        ``held_out_regression``): tasks drawn from ``task_generator``, models
+        (``samples`` per task where they are random) from ``model_generator``,
+        so that every learner can meet the same tasks."""
+        return self._core.held_out_regression(
+            _core_sampler(sampler), tasks, samples, batch, noise_std, task_generator,
+            model_generator,
+        )
+
+    def held_out_classification(
+        self,
+        sampler: Sampler,
+        *,
+        task_generator: _core.Generator,
+        model_generator: _core.Generator,
+        tasks: int = 600,
+        samples: int = 10,
+        batch: int = 100,
+    ) -> List[Dict[str, float]]:
+        """Each held-out task's ``accuracy``, ``nll`` and ``ece`` of its models'
+        mean predictive probabilities (C++ ``held_out_classification``)."""
+        return self._core.held_out_classification(
+            _core_sampler(sampler), tasks, samples, batch, task_generator, model_generator
         )
 
     def state(self) -> Dict[str, np.ndarray]:

@@ -1,7 +1,7 @@
 """Networks, losses and task samplers: the C++ settings structs as keyword arguments."""
 
 import json
-from typing import Any, Tuple
+from typing import Any, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
@@ -62,13 +62,39 @@ class _Sampler:
         return getattr(self._core, "sample_" + _dtype_name(dtype))(tasks, generator)
 
 
+class SineLineFunction(NamedTuple):
+    """A sinusoid ``amplitude * sin(x + phase)`` or a line ``slope * x + intercept``."""
+
+    sinusoid: bool
+    amplitude: float
+    phase: float
+    slope: float
+    intercept: float
+
+    def __call__(self, x: Sequence[float]) -> List[float]:
+        """The function's values at ``x``, computed in double as C++ computes them."""
+        return _core.sinusoid_line_value(tuple(self), [float(v) for v in x])
+
+
 class SinusoidLine(_Sampler):
     """The paper's sinusoid-or-line regression tasks (C++ ``data::SinusoidLineSampler``):
     ``support``, ``query``, ``noise_std``, the ranges ``x_min``/``x_max``,
     ``amplitude_*``, ``phase_*``, ``line_*`` and ``sinusoid_fraction``."""
 
     def __init__(self, **settings: Any) -> None:
-        self._core = _core.sinusoid_line(json.dumps(settings))
+        self._settings = json.dumps(settings)
+        self._core = _core.sinusoid_line(self._settings)
+
+    def draw_function(self, generator: _core.Generator) -> "SineLineFunction":
+        """One task's function, drawn as ``sample`` draws each task's."""
+        return SineLineFunction(*_core.sinusoid_line_function(self._settings, generator))
+
+    def points(
+        self, function: "SineLineFunction", n: int, generator: _core.Generator
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """``n`` points of ``function`` (float32 x and noisy y, each [n]), x
+        uniform over the range, drawn as ``sample`` draws a task's points."""
+        return _core.sinusoid_line_points(self._settings, tuple(function), n, generator)
 
 
 class Circles(_Sampler):

@@ -1,8 +1,9 @@
 // NumPy arrays in and out of platipus tensors. An argument is read in place
 // (a tensor view of its memory) when it is C-contiguous, else copied; it must
 // hold the learner's dtype, in host memory. A result is a fresh NumPy array
-// that owns a copy, since a tensor's memory belongs to the thread that
-// allocated it (backend/block_cache.hpp) and an array may be freed anywhere.
+// that owns a copy (plain new[]/delete[]: the array may outlive the learner
+// and be freed on any thread); results are parameters, predictions and
+// batches, one pass over memory beside the work that made them.
 #pragma once
 
 #include <cstdint>

@@ -116,6 +116,22 @@ struct AnySampler {
   }
 };
 
+inline nb::dict as_dict(const RegressionScores& s) {
+  nb::dict d;
+  d["mse"] = s.mse;
+  d["nll"] = s.nll;
+  d["coverage"] = s.coverage;
+  d["mse_per_sample"] = s.mse_per_sample;
+  return d;
+}
+inline nb::dict as_dict(const ClassificationScores& s) {
+  nb::dict d;
+  d["accuracy"] = s.accuracy;
+  d["nll"] = s.nll;
+  d["ece"] = s.ece;
+  return d;
+}
+
 // The sampler type the library's training loop takes.
 template <class T>
 struct ErasedSampler {

@@ -109,6 +109,39 @@ class LearnerBinding {
     return array_of(learner_.query_losses(batch, gen));
   }
 
+  // Each held-out task's scores (meta/scores/evaluation.hpp): tasks drawn
+  // from `sampler` with task_draws, models with model_draws.
+  nb::list held_out_regression(const AnySampler& sampler, std::int64_t tasks, std::int64_t samples,
+                               std::int64_t batch, double noise_std, Generator& task_draws,
+                               Generator& model_draws) const {
+    const ErasedSampler<T> erased{sampler.template for_dtype<T>()};
+    std::vector<RegressionScores> scores;
+    {
+      nb::gil_scoped_release release;
+      scores = platipus::held_out_regression(learner_, erased,
+                                             {.tasks = tasks, .samples = samples, .batch = batch},
+                                             noise_std, task_draws, model_draws);
+    }
+    nb::list out;
+    for (const auto& s : scores) out.append(as_dict(s));
+    return out;
+  }
+  nb::list held_out_classification(const AnySampler& sampler, std::int64_t tasks,
+                                   std::int64_t samples, std::int64_t batch, Generator& task_draws,
+                                   Generator& model_draws) const {
+    const ErasedSampler<T> erased{sampler.template for_dtype<T>()};
+    std::vector<ClassificationScores> scores;
+    {
+      nb::gil_scoped_release release;
+      scores = platipus::held_out_classification(
+          learner_, erased, {.tasks = tasks, .samples = samples, .batch = batch}, task_draws,
+          model_draws);
+    }
+    nb::list out;
+    for (const auto& s : scores) out.append(as_dict(s));
+    return out;
+  }
+
   // The meta-parameters by name (MAML: "theta"; PLATIPUS: its five parts).
   std::vector<std::pair<std::string, NumpyArray<T>>> state() const {
     std::vector<std::pair<std::string, NumpyArray<T>>> out;
@@ -169,6 +202,10 @@ void bind_learner(nb::module_& m, const char* name) {
           .def("predict", &L::predict, "parameters"_a, "x"_a)
           .def("query_losses", &L::query_losses, "support_x"_a, "support_y"_a, "query_x"_a,
                "query_y"_a, "generator"_a)
+          .def("held_out_regression", &L::held_out_regression, "sampler"_a, "tasks"_a, "samples"_a,
+               "batch"_a, "noise_std"_a, "task_draws"_a, "model_draws"_a)
+          .def("held_out_classification", &L::held_out_classification, "sampler"_a, "tasks"_a,
+               "samples"_a, "batch"_a, "task_draws"_a, "model_draws"_a)
           .def("state", &L::state)
           .def("set_state", &L::set_state, "name"_a, "value"_a)
           .def("save", &L::save, "path"_a, "metadata"_a)

@@ -96,6 +96,39 @@ NB_MODULE(_platipus, m) {
   nb::class_<AnySampler>(m, "Sampler")
       .def("sample_float32", &sample_tasks<float>, "tasks"_a, "generator"_a)
       .def("sample_float64", &sample_tasks<double>, "tasks"_a, "generator"_a);
+  // One task's function and points, as Figure 3 draws them (sine_line.cpp).
+  m.def(
+      "sinusoid_line_function",
+      [](const std::string& settings, Generator& gen) {
+        const auto f = data::SinusoidLineSampler<float>(
+                           settings_from<data::SinusoidLineSettings>(settings, "SinusoidLine"))
+                           .draw_function(gen);
+        return std::make_tuple(f.sinusoid, f.amplitude, f.phase, f.slope, f.intercept);
+      },
+      "settings"_a, "generator"_a);
+  m.def(
+      "sinusoid_line_points",
+      [](const std::string& settings, std::tuple<bool, double, double, double, double> function,
+         std::int64_t n, Generator& gen) {
+        const auto [sinusoid, amplitude, phase, slope, intercept] = function;
+        const data::SineLineFunction f{sinusoid, amplitude, phase, slope, intercept};
+        auto [x, y] = data::SinusoidLineSampler<float>(
+                          settings_from<data::SinusoidLineSettings>(settings, "SinusoidLine"))
+                          .points(std::span(&f, 1), n, gen);
+        return std::make_tuple(array_of(std::move(x).reshaped(Shape{n})),
+                               array_of(std::move(y).reshaped(Shape{n})));
+      },
+      "settings"_a, "function"_a, "n"_a, "generator"_a);
+  m.def(
+      "sinusoid_line_value",
+      [](std::tuple<bool, double, double, double, double> function, const std::vector<double>& x) {
+        const auto [sinusoid, amplitude, phase, slope, intercept] = function;
+        const data::SineLineFunction f{sinusoid, amplitude, phase, slope, intercept};
+        std::vector<double> y;
+        for (const double v : x) y.push_back(f(v));
+        return y;
+      },
+      "function"_a, "x"_a);
   m.def("sinusoid_line", [](const std::string& settings) {
     const auto s = settings_from<data::SinusoidLineSettings>(settings, "SinusoidLine");
     data::SinusoidLineSampler<float> check_settings(s);
@@ -107,6 +140,40 @@ NB_MODULE(_platipus, m) {
     return AnySampler{s};
   });
   m.def("python_sampler", [](nb::callable f) { return AnySampler{nb::object(f)}; });
+
+  // The scores of meta/scores: host-side, in double.
+  m.def(
+      "estimate",
+      [](const std::vector<double>& values) {
+        const auto e = estimate(values);
+        return std::make_tuple(e.mean, e.interval);
+      },
+      "values"_a);
+  m.def(
+      "score_regression",
+      [](const Array& samples, const Array& targets, double noise_std, double interval) {
+        const char* who = "score_regression";
+        const auto s = tensor_of<double>(samples, who, "samples", 2);
+        const auto y = tensor_of<double>(targets, who, "targets", 1);
+        return as_dict(score_regression(std::span(s.data(), static_cast<std::size_t>(s.numel())),
+                                        std::span(y.data(), static_cast<std::size_t>(y.numel())),
+                                        noise_std, interval));
+      },
+      "samples"_a, "targets"_a, "noise_std"_a, "interval"_a = 0.9);
+  m.def(
+      "score_classification",
+      [](const Array& probabilities, const Array& labels, int bins) {
+        const char* who = "score_classification";
+        const auto p = tensor_of<double>(probabilities, who, "probabilities", 2);
+        const auto y = tensor_of<double>(labels, who, "labels", 1);
+        check(p.dim(0) == y.dim(0), who, "probabilities {} and labels {} differ in points",
+              p.shape(), y.shape());
+        return as_dict(
+            score_classification(std::span(p.data(), static_cast<std::size_t>(p.numel())),
+                                 std::span(y.data(), static_cast<std::size_t>(y.numel())),
+                                 static_cast<std::size_t>(p.dim(1)), bins));
+      },
+      "probabilities"_a, "labels"_a, "bins"_a = 10);
 
   bind_learners<float>(m);
   bind_learners<double>(m);

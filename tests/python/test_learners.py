@@ -32,6 +32,18 @@ def test_maml_learns_the_sinusoid_line_tasks():
     assert after < 0.7 * before, (before, after)
 
 
+@pytest.mark.parametrize("learner", LEARNERS)
+def test_every_learner_trains_from_python_and_its_loss_falls(learner):
+    settings = {"inner_loop": {"steps": 5, "learning_rate": 0.01}}
+    if learner is pp.Anil:
+        settings["head"] = ["layer4.weight", "layer4.bias"]
+    model = learner(pp.mlp(hidden=[40, 40]), pp.MseLoss(), generator=pp.Generator(0), **settings)
+    records = model.fit(pp.SinusoidLine(support=10, query=10), steps=1500, meta_batch=10,
+                        record_every=250)
+    first, last = records[0]["query_loss"], records[-1]["query_loss"]  # means over 250 steps
+    assert last < 0.9 * first, [r["query_loss"] for r in records]
+
+
 def test_fit_is_the_loop_of_sample_and_meta_step():
     tasks = pp.SinusoidLine()
     a, gen_a = small_maml(seed=3)
@@ -66,14 +78,26 @@ def test_a_python_sampler_gives_the_same_bits_as_the_library_sampler():
 
 def test_arrays_in_any_layout_read_as_the_same_numbers():
     batch = pp.SinusoidLine().sample(4, pp.Generator(0))
-    a, _ = small_maml()
-    b, _ = small_maml()
     read_only = [x.copy() for x in batch]
     for x in read_only:
         x.flags.writeable = False
     strided = [np.repeat(x, 2, axis=2)[:, :, ::2] for x in batch]
     assert not strided[0].flags.c_contiguous
-    assert a.meta_step(*read_only) == b.meta_step(*strided)
+    # Read in place wherever they start: 4 bytes past a 64-byte boundary here.
+    offset = []
+    for x in batch:
+        buffer = np.empty(x.nbytes + 68, dtype=np.uint8)
+        start = (-buffer.ctypes.data) % 64 + 4
+        offset.append(buffer[start : start + x.nbytes].view(np.float32).reshape(x.shape))
+        offset[-1][...] = x
+    assert offset[0].ctypes.data % 64 == 4
+    steps, thetas = [], []
+    for arrays in (batch, read_only, strided, offset):
+        learner, gen = small_maml()
+        steps.append(learner.meta_step(*arrays))
+        thetas.append(learner.state()["theta"].tobytes())
+    assert all(s == steps[0] for s in steps)
+    assert all(t == thetas[0] for t in thetas)
 
 
 @pytest.mark.parametrize("learner", LEARNERS)
