@@ -26,7 +26,11 @@ matrix products, as platipus computes); --precision tf32 leaves each
 framework's GPU default.
 
 Modes: torch "loop" (the usual per-task Python loop, eager), torch "vmap"
-(torch.func / functorch vmap over tasks, eager), jax "jit" (jit + vmap).
+(torch.func / functorch vmap over tasks, eager), jax "jit" (jit + vmap), and
+platipus "step" (the platipus Python package, docs/python.md: one
+learner.meta_step call per step from Python, with the C++ benchmark's
+settings, for the package's overhead over benchmarks/meta_step.cpp; MLP
+workloads only).
 
 Prints one JSON line: {"framework", "mode", "algorithm", "network", "device",
 "ms_per_step" (median over repeats), "repeats", "peak_resident_mb" and, on
@@ -403,14 +407,40 @@ def run_jax(args):
     return adam_loop(jax, jnp, meta_loss, meta)
 
 
+def run_platipus(args):
+    """benchmarks/meta_step.cpp's maml_sinusoid/0 and platipus_sinusoid through
+    the Python package: the same seeds, batch and settings (one chunk of
+    tasks per thread), each step one meta_step call."""
+    import platipus as pp
+    gen = pp.Generator(1 if args.algorithm == "maml" else 2)
+    if args.network == "small":
+        network = pp.mlp(inputs=1, hidden=[40, 40], outputs=1)
+    else:
+        network = pp.mlp(inputs=1, hidden=[100, 100, 100], outputs=1, bias_transform=20)
+    learner = (pp.Maml if args.algorithm == "maml" else pp.Platipus)(
+        network, pp.MseLoss(), generator=gen, task_chunks=-1,
+        inner_loop={"steps": INNER_STEPS, "learning_rate": ALPHA})
+    batch = pp.SinusoidLine(support=POINTS, query=POINTS).sample(TASKS, gen)
+
+    def timed():
+        start = time.perf_counter()
+        learner.meta_step(*batch)
+        return time.perf_counter() - start
+    return timed
+
+
 def measure(args):
     """Times args' workload: warm-up steps, then the median of args.repeats
     timed steps; returns the result line as a dict."""
-    args.mode = args.mode or ("jit" if args.framework == "jax" else "loop")
+    args.mode = args.mode or {"jax": "jit", "platipus": "step"}.get(args.framework, "loop")
     conv = args.network in CONV_NETWORKS
     if conv and args.algorithm != "maml":
         raise SystemExit(f"{args.network}: only --algorithm maml")
-    if args.framework == "torch":
+    if conv and args.framework == "platipus":
+        raise SystemExit(f"{args.network}: the platipus package's timing covers the MLP workloads")
+    if args.framework == "platipus":
+        timed = run_platipus(args)
+    elif args.framework == "torch":
         import torch
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -455,8 +485,8 @@ def peak_resident_mb():
 
 def parser():
     result = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    result.add_argument("--framework", choices=["torch", "jax"], default="torch")
-    result.add_argument("--mode", choices=["loop", "vmap", "jit"], default=None)
+    result.add_argument("--framework", choices=["torch", "jax", "platipus"], default="torch")
+    result.add_argument("--mode", choices=["loop", "vmap", "jit", "step"], default=None)
     result.add_argument("--algorithm", choices=["maml", "platipus"], default="maml")
     result.add_argument("--network", choices=["small", "paper", *CONV_NETWORKS], default="small")
     result.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

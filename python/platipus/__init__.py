@@ -31,6 +31,7 @@ from ._learners import (
 from ._parts import (
     BceWithLogitsLoss,
     Circles,
+    FewShotImages,
     GaussianNllLoss,
     MseLoss,
     SineLineFunction,
@@ -47,6 +48,7 @@ __all__ = [
     "Anil",
     "BceWithLogitsLoss",
     "Circles",
+    "FewShotImages",
     "GaussianNllLoss",
     "Generator",
     "Loss",

@@ -103,3 +103,35 @@ class Circles(_Sampler):
 
     def __init__(self, **settings: Any) -> None:
         self._core = _core.circles(json.dumps(settings))
+
+
+class FewShotImages(_Sampler):
+    """N-way K-shot classification tasks of an image data set (C++
+    ``data::FewShotSampler``): ``dataset`` "omniglot", "miniimagenet" or
+    "fashion_mnist", its directory ``root`` (laid out as README.md's "Image
+    data" says; Fashion-MNIST's default is Debian's), ``split`` ("train",
+    "val", "test"; Fashion-MNIST "train" or "t10k"), ``ways``, ``shots``,
+    ``queries`` and the image ``size`` (Omniglot 28, MiniImagenet 84). Images
+    are [C, H, W] in [0, 1], labels class indices [..., 1] for
+    ``SoftmaxCrossEntropyLoss``. A set is decoded once into the cache
+    (``cache_directory``, default $PLATIPUS_CACHE_DIR or ~/.cache/platipus)."""
+
+    def __init__(
+        self,
+        dataset: str,
+        root: str = "",
+        split: str = "train",
+        *,
+        ways: int = 5,
+        shots: int = 1,
+        queries: int = 15,
+        size: int = 0,
+        cache_directory: str = "",
+    ) -> None:
+        if not hasattr(_core, "few_shot_images"):
+            raise RuntimeError("this build of platipus has no image readers (stb and zlib "
+                               "were not found when it was built)")
+        size = size or {"omniglot": 28, "miniimagenet": 84}.get(dataset, 0)
+        self._core = _core.few_shot_images(
+            dataset, str(root), split, size, ways, shots, queries, str(cache_directory)
+        )

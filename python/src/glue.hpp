@@ -17,6 +17,9 @@
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/settings_json.hpp"
 #include "platipus/platipus.hpp"
+#ifdef PLATIPUS_PYTHON_IMAGES
+#include "platipus/images.hpp"
+#endif
 
 namespace platipus::python {
 
@@ -82,11 +85,22 @@ TaskBatch<T, cpu> batch_of(const Array& support_x, const Array& support_y, const
   return batch;
 }
 
+#ifdef PLATIPUS_PYTHON_IMAGES
+// N-way K-shot tasks of a loaded image split (Omniglot, MiniImagenet,
+// Fashion-MNIST), which every dtype's sampler shares.
+struct FewShotSource {
+  data::FewShotSplit split;
+  data::FewShotSettings settings;
+};
+#else
+struct FewShotSource {};
+#endif
+
 // A task sampler: one of the library's, by its settings, or a Python
 // callable `sample(tasks, generator)` returning (support_x, support_y,
 // query_x, query_y).
 struct AnySampler {
-  std::variant<data::SinusoidLineSettings, data::CirclesSettings, nb::object> source;
+  std::variant<data::SinusoidLineSettings, data::CirclesSettings, FewShotSource, nb::object> source;
 
   // The sampler that a learner of dtype T trains on.
   template <class T>
@@ -99,6 +113,13 @@ struct AnySampler {
       return [sampler = data::CirclesSampler<T>(*s)](std::int64_t n, Generator& gen) {
         return sampler.sample(n, gen);
       };
+#ifdef PLATIPUS_PYTHON_IMAGES
+    if (const auto* s = std::get_if<FewShotSource>(&source))
+      return [sampler = data::FewShotSampler<T>(s->split, s->settings)](std::int64_t n,
+                                                                        Generator& gen) {
+        return sampler.sample(n, gen);
+      };
+#endif
     return [callable = std::get<nb::object>(source)](std::int64_t n, Generator& gen) {
       nb::gil_scoped_acquire gil;
       const nb::object drawn = callable(n, nb::cast(&gen, nb::rv_policy::reference));

@@ -139,6 +139,30 @@ NB_MODULE(_platipus, m) {
     data::CirclesSampler<float> check_settings(s);
     return AnySampler{s};
   });
+#ifdef PLATIPUS_PYTHON_IMAGES
+  m.def(
+      "few_shot_images",
+      [](const std::string& dataset, const std::string& root, const std::string& split,
+         std::int64_t size, std::int64_t ways, std::int64_t shots, std::int64_t queries,
+         const std::string& cache_directory) {
+        nb::gil_scoped_release release;  // decoding a set takes a while, on its own threads
+        const data::CacheOptions cache{.directory = cache_directory, .threads = 0, .progress = {}};
+        const auto loaded = with_file([&] {
+          if (dataset == "omniglot") return data::load_omniglot(root, split, cache, nullptr, size);
+          if (dataset == "miniimagenet")
+            return data::load_miniimagenet(root, split, cache, nullptr, size);
+          check(dataset == "fashion_mnist", "FewShotImages",
+                "no data set '{}' (omniglot, miniimagenet, fashion_mnist)", dataset);
+          return data::load_fashion_mnist(
+              root.empty() ? data::fashion_mnist_directory() : std::filesystem::path(root), split);
+        });
+        const data::FewShotSettings settings{.ways = ways, .shots = shots, .queries = queries};
+        data::FewShotSampler<float> check_settings(loaded, settings);
+        return AnySampler{FewShotSource{loaded, settings}};
+      },
+      "dataset"_a, "root"_a, "split"_a, "size"_a, "ways"_a, "shots"_a, "queries"_a,
+      "cache_directory"_a);
+#endif
   m.def("python_sampler", [](nb::callable f) { return AnySampler{nb::object(f)}; });
 
   // The scores of meta/scores: host-side, in double.

@@ -231,3 +231,24 @@ def test_ctrl_c_stops_fit_between_steps_and_leaves_the_learner_usable():
     assert 0 < taken < 10**7
     maml.meta_step(*pp.SinusoidLine().sample(2, pp.Generator(1)))
     assert maml.steps == taken + 1
+
+
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="no Debian dataset-fashion-mnist")
+def test_few_shot_image_tasks_train_conv4(tmp_path):
+    tasks = pp.FewShotImages("fashion_mnist", split="t10k", ways=3, shots=2, queries=4,
+                             cache_directory=tmp_path)
+    sx, sy, qx, qy = tasks.sample(2, pp.Generator(0))
+    assert sx.shape == (2, 6, 1, 28, 28) and qx.shape == (2, 12, 1, 28, 28)
+    assert set(np.unique(sy)) == {0.0, 1.0, 2.0} and 0 <= sx.min() and sx.max() <= 1
+    net = pp.conv4(channels=1, size=28, filters=4, outputs=3)
+    maml = pp.Maml(net, pp.SoftmaxCrossEntropyLoss(), generator=pp.Generator(0),
+                   inner_loop={"steps": 1, "learning_rate": 0.4})
+    records = maml.fit(tasks, steps=2, meta_batch=2, record_every=1)
+    assert [r["step"] for r in records] == [1, 2] and np.isfinite(records[-1]["query_loss"])
+    with pytest.raises(ValueError, match="3-way tasks need|class label 3 is not in"):
+        maml.meta_step(sx, sy + 1, qx, qy)
+    with pytest.raises(OSError, match="nowhere"):
+        pp.FewShotImages("omniglot", "/nowhere", cache_directory=tmp_path)
