@@ -29,7 +29,9 @@ from ._learners import (
     Reptile,
 )
 from ._parts import (
+    AmbiguousCeleba,
     BceWithLogitsLoss,
+    Celeba,
     Circles,
     FewShotImages,
     GaussianNllLoss,
@@ -45,8 +47,10 @@ from ._scores import estimate, score_classification, score_regression
 __version__ = library_version
 
 __all__ = [
+    "AmbiguousCeleba",
     "Anil",
     "BceWithLogitsLoss",
+    "Celeba",
     "Circles",
     "FewShotImages",
     "GaussianNllLoss",

@@ -187,6 +187,26 @@ class _Learner:
             _core_sampler(sampler), tasks, samples, batch, task_generator, model_generator
         )
 
+    def evaluate_ambiguity(
+        self,
+        tasks: Dict[str, Any],
+        *,
+        assignment: int = 15,
+        likelihood: int = 100,
+        at_once: int = 15,
+        generator: Optional[_core.Generator] = None,
+    ) -> List[Dict[str, float]]:
+        """Each ambiguous task's ``coverage`` (how many of its candidate tasks
+        some sampled model is assigned to, Table 1's), ``accuracy`` and ``nll``
+        (C++ ``evaluate_ambiguity``) for tasks from ``AmbiguousCeleba.sample``:
+        ``max(assignment, likelihood)`` sampled models per task, ``at_once``
+        adapted at a time."""
+        if not hasattr(self._core, "evaluate_ambiguity"):
+            raise RuntimeError("this build of platipus has no image readers")
+        return self._core.evaluate_ambiguity(
+            tasks, assignment, likelihood, at_once, self._gen(generator)
+        )
+
     def state(self) -> Dict[str, np.ndarray]:
         """The meta-parameters by name (copies): MAML's ``theta``, PLATIPUS's five parts."""
         return dict(self._core.state())

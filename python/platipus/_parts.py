@@ -128,10 +128,73 @@ class FewShotImages(_Sampler):
         size: int = 0,
         cache_directory: str = "",
     ) -> None:
-        if not hasattr(_core, "few_shot_images"):
-            raise RuntimeError("this build of platipus has no image readers (stb and zlib "
-                               "were not found when it was built)")
+        _require_images()
         size = size or {"omniglot": 28, "miniimagenet": 84}.get(dataset, 0)
         self._core = _core.few_shot_images(
             dataset, str(root), split, size, ways, shots, queries, str(cache_directory)
         )
+
+
+class Celeba(_Sampler):
+    """CelebA's binary attribute tasks (Appendix A; C++ ``data::CelebaTaskSampler``):
+    ``root`` holds img_align_celeba/, list_attr_celeba.txt and
+    list_eval_partition.txt; ``split`` "train", "val" or "test" (each with
+    its own attributes); ``shots`` and ``queries`` per class; ``rule``
+    "converse" (Appendix A) or "both_or_neither" (Section 5); images of
+    ``size`` x ``size`` (the paper's 84), decoded once into the cache."""
+
+    def __init__(
+        self,
+        root: str,
+        split: str = "train",
+        *,
+        shots: int = 5,
+        queries: int = 15,
+        rule: str = "converse",
+        size: int = 84,
+        cache_directory: str = "",
+    ) -> None:
+        _require_images()
+        self._core = _core.celeba(
+            str(root), split, size, shots, queries, rule, str(cache_directory)
+        )
+
+
+class AmbiguousCeleba:
+    """PLATIPUS's ambiguous CelebA tasks (Section 5; C++
+    ``data::AmbiguousCelebaSampler``): a support set that shows two of three
+    attributes, and a candidate query set for each pair of them. ``sample``
+    gives a dict of ``support_x``, ``support_y``, ``candidate_x`` and
+    ``candidate_y`` (lists of three arrays), ``names`` and
+    ``candidate_names``, which ``learner.evaluate_ambiguity`` scores."""
+
+    def __init__(
+        self,
+        root: str,
+        split: str = "test",
+        *,
+        shots: int = 5,
+        queries: int = 15,
+        rule: str = "converse",
+        size: int = 84,
+        cache_directory: str = "",
+    ) -> None:
+        _require_images()
+        self._core = _core.AmbiguousCeleba(
+            str(root), split, size, shots, queries, rule, str(cache_directory)
+        )
+
+    @property
+    def task_count(self) -> int:
+        """The ambiguous tasks the split's attributes make."""
+        return self._core.task_count
+
+    def sample(self, tasks: int, generator: _core.Generator, dtype: Any = "float32") -> dict:
+        """``tasks`` ambiguous tasks drawn from ``generator``."""
+        return getattr(self._core, "sample_" + _dtype_name(dtype))(tasks, generator)
+
+
+def _require_images() -> None:
+    if not hasattr(_core, "few_shot_images"):
+        raise RuntimeError("this build of platipus has no image readers (stb and zlib "
+                           "were not found when it was built)")

@@ -92,15 +92,24 @@ struct FewShotSource {
   data::FewShotSplit split;
   data::FewShotSettings settings;
 };
+// CelebA's attribute tasks (Appendix A), each dtype's sampler made once: a
+// sampler enumerates the split's attribute pairs when it is made.
+struct CelebaSource {
+  std::shared_ptr<const data::CelebaTaskSampler<float>> float32;
+  std::shared_ptr<const data::CelebaTaskSampler<double>> float64;
+};
 #else
 struct FewShotSource {};
+struct CelebaSource {};
 #endif
 
 // A task sampler: one of the library's, by its settings, or a Python
 // callable `sample(tasks, generator)` returning (support_x, support_y,
 // query_x, query_y).
 struct AnySampler {
-  std::variant<data::SinusoidLineSettings, data::CirclesSettings, FewShotSource, nb::object> source;
+  std::variant<data::SinusoidLineSettings, data::CirclesSettings, FewShotSource, CelebaSource,
+               nb::object>
+      source;
 
   // The sampler that a learner of dtype T trains on.
   template <class T>
@@ -119,6 +128,16 @@ struct AnySampler {
                                                                         Generator& gen) {
         return sampler.sample(n, gen);
       };
+    if (const auto* s = std::get_if<CelebaSource>(&source)) {
+      std::shared_ptr<const data::CelebaTaskSampler<T>> sampler;
+      if constexpr (std::is_same_v<T, float>)
+        sampler = s->float32;
+      else
+        sampler = s->float64;
+      return [sampler](std::int64_t n, Generator& gen) {
+        return sampler->sample(n, gen);
+      };
+    }
 #endif
     return [callable = std::get<nb::object>(source)](std::int64_t n, Generator& gen) {
       nb::gil_scoped_acquire gil;
@@ -150,6 +169,14 @@ inline nb::dict as_dict(const ClassificationScores& s) {
   d["accuracy"] = s.accuracy;
   d["nll"] = s.nll;
   d["ece"] = s.ece;
+  return d;
+}
+
+inline nb::dict as_dict(const AmbiguityScores& s) {
+  nb::dict d;
+  d["coverage"] = s.coverage;
+  d["accuracy"] = s.accuracy;
+  d["nll"] = s.nll;
   return d;
 }
 

@@ -142,6 +142,32 @@ class LearnerBinding {
     return out;
   }
 
+#ifdef PLATIPUS_PYTHON_IMAGES
+  // Each ambiguous task's coverage, accuracy and NLL (meta/scores/
+  // ambiguity.hpp) of tasks as AmbiguousCeleba.sample gives them.
+  nb::list evaluate_ambiguity(const nb::dict& tasks, std::int64_t assignment,
+                              std::int64_t likelihood, std::int64_t at_once, Generator& gen) const {
+    const std::string w = who("evaluate_ambiguity");
+    AmbiguousTasks<T, cpu> t;
+    t.support_x = tensor_of<T>(nb::cast<Array>(tasks["support_x"]), w, "support_x");
+    t.support_y = tensor_of<T>(nb::cast<Array>(tasks["support_y"]), w, "support_y", 3);
+    for (const auto& x : nb::cast<nb::list>(tasks["candidate_x"]))
+      t.candidate_x.push_back(tensor_of<T>(nb::cast<Array>(x), w, "candidate_x"));
+    for (const auto& y : nb::cast<nb::list>(tasks["candidate_y"]))
+      t.candidate_y.push_back(tensor_of<T>(nb::cast<Array>(y), w, "candidate_y", 3));
+    std::vector<AmbiguityScores> scores;
+    {
+      nb::gil_scoped_release release;
+      scores = platipus::evaluate_ambiguity(
+          learner_, t, {.assignment = assignment, .likelihood = likelihood, .at_once = at_once},
+          gen);
+    }
+    nb::list out;
+    for (const auto& s : scores) out.append(as_dict(s));
+    return out;
+  }
+#endif
+
   // The meta-parameters by name (MAML: "theta"; PLATIPUS: its five parts).
   std::vector<std::pair<std::string, NumpyArray<T>>> state() const {
     std::vector<std::pair<std::string, NumpyArray<T>>> out;
@@ -162,10 +188,18 @@ class LearnerBinding {
     return with_file([&] { return io::load(path, learner_).dump(); });
   }
 
-  std::string settings() const { return nlohmann::json(learner_.settings()).dump(); }
-  std::int64_t parameter_count() const { return learner_.model().layout().size(); }
-  int steps() const { return learner_.steps(); }
-  bool adapts_randomly() const { return learner_.adapts_randomly(); }
+  std::string settings() const {
+    return nlohmann::json(learner_.settings()).dump();
+  }
+  std::int64_t parameter_count() const {
+    return learner_.model().layout().size();
+  }
+  int steps() const {
+    return learner_.steps();
+  }
+  bool adapts_randomly() const {
+    return learner_.adapts_randomly();
+  }
 
  private:
   static std::string who(const char* method) {
@@ -219,6 +253,10 @@ void bind_learner(nb::module_& m, const char* name) {
             for (const auto n : MetaLearner<Objective>::statistic_names) names.emplace_back(n);
             return names;
           });
+#ifdef PLATIPUS_PYTHON_IMAGES
+  c.def("evaluate_ambiguity", &L::evaluate_ambiguity, "tasks"_a, "assignment"_a, "likelihood"_a,
+        "at_once"_a, "generator"_a);
+#endif
   if constexpr (requires(const L& l, const Array& a, Generator& g) { l.adapt(a, a, g); })
     c.def("adapt", &L::adapt, "support_x"_a, "support_y"_a, "generator"_a);
 }

@@ -23,6 +23,57 @@ AnyLoss loss_from(const std::string& kind, const std::string& settings) {
   fail("loss", "no loss named '{}'", kind);
 }
 
+#ifdef PLATIPUS_PYTHON_IMAGES
+data::CelebaTaskSettings celeba_settings(std::int64_t shots, std::int64_t queries,
+                                         const std::string& rule, std::string_view who) {
+  check(rule == "converse" || rule == "both_or_neither", who,
+        "rule must be 'converse' or 'both_or_neither', got '{}'", rule);
+  const data::CelebaTaskSettings s{.shots = shots,
+                                   .queries = queries,
+                                   .rule = rule == "converse"
+                                               ? data::CelebaTaskRule::converse
+                                               : data::CelebaTaskRule::both_or_neither};
+  s.validate(who);
+  return s;
+}
+
+data::CelebaSplit load_celeba_split(const std::string& root, const std::string& split,
+                                    std::int64_t size, const std::string& cache_directory) {
+  return data::load_celeba(
+      root, split, {.directory = cache_directory, .threads = 0, .progress = {}}, nullptr, size);
+}
+
+// PLATIPUS's ambiguous CelebA tasks (Section 5): three attributes of which
+// the support set shows two, and a candidate query set for each pair.
+struct AmbiguousCeleba {
+  std::shared_ptr<const data::AmbiguousCelebaSampler<float>> float32;
+  std::shared_ptr<const data::AmbiguousCelebaSampler<double>> float64;
+
+  template <class T>
+  nb::dict sample(std::int64_t tasks, Generator& gen) const {
+    AmbiguousTasks<T, cpu> drawn;
+    {
+      nb::gil_scoped_release release;
+      if constexpr (std::is_same_v<T, float>)
+        drawn = float32->sample(tasks, gen);
+      else
+        drawn = float64->sample(tasks, gen);
+    }
+    nb::dict out;
+    out["support_x"] = array_of(drawn.support_x);
+    out["support_y"] = array_of(drawn.support_y);
+    nb::list cx, cy;
+    for (const auto& x : drawn.candidate_x) cx.append(array_of(x));
+    for (const auto& y : drawn.candidate_y) cy.append(array_of(y));
+    out["candidate_x"] = cx;
+    out["candidate_y"] = cy;
+    out["names"] = drawn.names;
+    out["candidate_names"] = drawn.candidate_names;
+    return out;
+  }
+};
+#endif
+
 template <class T>
 nb::tuple sample_tasks(const AnySampler& sampler, std::int64_t tasks, Generator& gen) {
   TaskBatch<T, cpu> batch;
@@ -162,6 +213,37 @@ NB_MODULE(_platipus, m) {
       },
       "dataset"_a, "root"_a, "split"_a, "size"_a, "ways"_a, "shots"_a, "queries"_a,
       "cache_directory"_a);
+  m.def(
+      "celeba",
+      [](const std::string& root, const std::string& split, std::int64_t size, std::int64_t shots,
+         std::int64_t queries, const std::string& rule, const std::string& cache_directory) {
+        const auto s = celeba_settings(shots, queries, rule, "Celeba");
+        nb::gil_scoped_release release;
+        const auto loaded =
+            with_file([&] { return load_celeba_split(root, split, size, cache_directory); });
+        return AnySampler{
+            CelebaSource{std::make_shared<data::CelebaTaskSampler<float>>(loaded, s),
+                         std::make_shared<data::CelebaTaskSampler<double>>(loaded, s)}};
+      },
+      "root"_a, "split"_a, "size"_a, "shots"_a, "queries"_a, "rule"_a, "cache_directory"_a);
+  nb::class_<AmbiguousCeleba>(m, "AmbiguousCeleba")
+      .def(
+          "__init__",
+          [](AmbiguousCeleba* self, const std::string& root, const std::string& split,
+             std::int64_t size, std::int64_t shots, std::int64_t queries, const std::string& rule,
+             const std::string& cache_directory) {
+            const auto s = celeba_settings(shots, queries, rule, "AmbiguousCeleba");
+            nb::gil_scoped_release release;
+            const auto loaded =
+                with_file([&] { return load_celeba_split(root, split, size, cache_directory); });
+            new (self)
+                AmbiguousCeleba{std::make_shared<data::AmbiguousCelebaSampler<float>>(loaded, s),
+                                std::make_shared<data::AmbiguousCelebaSampler<double>>(loaded, s)};
+          },
+          "root"_a, "split"_a, "size"_a, "shots"_a, "queries"_a, "rule"_a, "cache_directory"_a)
+      .def_prop_ro("task_count", [](const AmbiguousCeleba& a) { return a.float32->task_count(); })
+      .def("sample_float32", &AmbiguousCeleba::sample<float>, "tasks"_a, "generator"_a)
+      .def("sample_float64", &AmbiguousCeleba::sample<double>, "tasks"_a, "generator"_a);
 #endif
   m.def("python_sampler", [](nb::callable f) { return AnySampler{nb::object(f)}; });
 

@@ -3,7 +3,9 @@ bits for the same seed, NumPy in and out, and errors that name what is wrong."""
 
 import os
 import signal
+import struct
 import threading
+import zlib
 
 import numpy as np
 import pytest
@@ -252,3 +254,67 @@ def test_few_shot_image_tasks_train_conv4(tmp_path):
         maml.meta_step(sx, sy + 1, qx, qy)
     with pytest.raises(OSError, match="nowhere"):
         pp.FewShotImages("omniglot", "/nowhere", cache_directory=tmp_path)
+
+
+# CelebA's 40 attributes, as the library's splits name them (train, val, test).
+CELEBA_ATTRIBUTES = (
+    "Oval_Face Attractive Mustache Male Pointy_Nose Bushy_Eyebrows Blond_Hair Rosy_Cheeks "
+    "Receding_Hairline Eyeglasses Goatee Brown_Hair Narrow_Eyes Chubby Big_Lips Wavy_Hair "
+    "Bags_Under_Eyes Arched_Eyebrows Wearing_Earrings High_Cheekbones Black_Hair Bangs "
+    "Wearing_Lipstick Sideburns Bald Wearing_Necklace Smiling Pale_Skin Wearing_Necktie Big_Nose "
+    "Straight_Hair 5_o_Clock_Shadow Wearing_Hat Gray_Hair Heavy_Makeup Young Blurry Double_Chin "
+    "Mouth_Slightly_Open No_Beard"
+).split()
+
+
+def write_png(path, height, width, rgb):
+    """An 8-bit RGB PNG (the readers decode by content, so the name may say .jpg)."""
+    rows = b"".join(b"\x00" + rgb[r * width * 3 : (r + 1) * width * 3] for r in range(height))
+
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+                     + chunk(b"IEND", b""))
+
+
+@pytest.fixture(scope="module")
+def celeba_tree(tmp_path_factory):
+    """300 random 16 x 16 faces with random attributes, a third in each partition."""
+    root = tmp_path_factory.mktemp("celeba")
+    (root / "img_align_celeba").mkdir()
+    rng = np.random.default_rng(0)
+    lines = [str(300), " ".join(CELEBA_ATTRIBUTES)]
+    partition = []
+    for i in range(300):
+        name = f"{i + 1:06d}.jpg"
+        write_png(root / "img_align_celeba" / name, 16, 16, rng.integers(0, 256, 768, np.uint8).tobytes())
+        lines.append(name + " " + " ".join(rng.choice(["-1", "1"], len(CELEBA_ATTRIBUTES))))
+        partition.append(f"{name} {i % 3}")
+    (root / "list_attr_celeba.txt").write_text("\n".join(lines) + "\n")
+    (root / "list_eval_partition.txt").write_text("\n".join(partition) + "\n")
+    return root
+
+
+def test_celeba_tasks_train_and_ambiguous_tasks_are_scored(celeba_tree, tmp_path):
+    gen = pp.Generator(0)
+    train = pp.Celeba(celeba_tree, "train", shots=1, queries=2, size=8, cache_directory=tmp_path)
+    net = pp.conv4(channels=3, size=8, filters=4, blocks=2, outputs=2)
+    platipus = pp.Platipus(net, pp.SoftmaxCrossEntropyLoss(), generator=gen, kl_weight=0.05)
+    records = platipus.fit(train, steps=2, meta_batch=2, record_every=1)
+    assert len(records) == 2 and np.isfinite(records[-1]["kl"])
+    ambiguous = pp.AmbiguousCeleba(celeba_tree, "test", shots=1, queries=2, size=8,
+                                   cache_directory=tmp_path)
+    assert ambiguous.task_count > 0
+    tasks = ambiguous.sample(3, gen)
+    assert tasks["support_x"].shape == (3, 2, 3, 8, 8)
+    assert [x.shape for x in tasks["candidate_x"]] == [(3, 4, 3, 8, 8)] * 3
+    assert len(tasks["names"]) == 3 and all(len(c) == 3 for c in tasks["candidate_names"])
+    scores = platipus.evaluate_ambiguity(tasks, assignment=3, likelihood=4, at_once=2)
+    assert len(scores) == 3
+    # coverage: how many of the three candidates some sampled model is assigned to
+    assert all(s["coverage"] in (1, 2, 3) for s in scores)
+    assert all(0 <= s["accuracy"] <= 1 and s["nll"] > 0 for s in scores)
+    with pytest.raises(ValueError, match="rule must be"):
+        pp.Celeba(celeba_tree, rule="either", cache_directory=tmp_path)
