@@ -24,6 +24,14 @@ namespace nb = nanobind;
 // checks below name what is wrong with it.
 using Array = nb::ndarray<nb::ro>;
 
+// `value` as an Array, argument `name` of `who`.
+inline Array array_argument(nb::handle value, std::string_view who, std::string_view name) {
+  Array array;
+  check(nb::try_cast(value, array), who, "{} must be an array (NumPy, or any with DLPack), got {}",
+        name, nb::str(value.type()).c_str());
+  return array;
+}
+
 template <class T>
 constexpr std::string_view dtype_name = std::is_same_v<T, float> ? "float32" : "float64";
 

@@ -148,8 +148,9 @@ struct AnySampler {
             "must return (support_x, support_y, query_x, query_y), got {}",
             nb::str(nb::handle(drawn.type())).c_str());
       // Copies: the arrays are the callable's, and die with the tuple.
-      auto batch = batch_of<T>(nb::cast<Array>(four[0]), nb::cast<Array>(four[1]),
-                               nb::cast<Array>(four[2]), nb::cast<Array>(four[3]), who);
+      auto batch = batch_of<T>(
+          array_argument(four[0], who, "support_x"), array_argument(four[1], who, "support_y"),
+          array_argument(four[2], who, "query_x"), array_argument(four[3], who, "query_y"), who);
       return TaskBatch<T, cpu>{batch.support_x.clone(), batch.support_y.clone(),
                                batch.query_x.clone(), batch.query_y.clone()};
     };

@@ -149,12 +149,18 @@ class LearnerBinding {
                               std::int64_t likelihood, std::int64_t at_once, Generator& gen) const {
     const std::string w = who("evaluate_ambiguity");
     AmbiguousTasks<T, cpu> t;
-    t.support_x = tensor_of<T>(nb::cast<Array>(tasks["support_x"]), w, "support_x");
-    t.support_y = tensor_of<T>(nb::cast<Array>(tasks["support_y"]), w, "support_y", 3);
-    for (const auto& x : nb::cast<nb::list>(tasks["candidate_x"]))
-      t.candidate_x.push_back(tensor_of<T>(nb::cast<Array>(x), w, "candidate_x"));
-    for (const auto& y : nb::cast<nb::list>(tasks["candidate_y"]))
-      t.candidate_y.push_back(tensor_of<T>(nb::cast<Array>(y), w, "candidate_y", 3));
+    const auto item = [&](const char* key) {
+      check(tasks.contains(key), w, "the tasks have no '{}' (AmbiguousCeleba.sample's dict)", key);
+      return tasks[key];
+    };
+    t.support_x = tensor_of<T>(array_argument(item("support_x"), w, "support_x"), w, "support_x");
+    t.support_y =
+        tensor_of<T>(array_argument(item("support_y"), w, "support_y"), w, "support_y", 3);
+    for (const auto& x : item("candidate_x"))
+      t.candidate_x.push_back(tensor_of<T>(array_argument(x, w, "candidate_x"), w, "candidate_x"));
+    for (const auto& y : item("candidate_y"))
+      t.candidate_y.push_back(
+          tensor_of<T>(array_argument(y, w, "candidate_y"), w, "candidate_y", 3));
     std::vector<AmbiguityScores> scores;
     {
       nb::gil_scoped_release release;

@@ -196,6 +196,8 @@ def test_bad_arguments_raise_errors_naming_them():
         small_maml(dtype="int32")
     with pytest.raises(ValueError, match="a Python task sampler: must return"):
         maml.fit(lambda n, g: (sx, sy), steps=1, meta_batch=3)
+    with pytest.raises(ValueError, match="sampler: support_x must be an array.*list"):
+        maml.fit(lambda n, g: (sx.tolist(), sy, qx, qy), steps=1, meta_batch=3)
     with pytest.raises(ValueError, match="meta_batch must be positive"):
         maml.fit(pp.SinusoidLine(), steps=1, meta_batch=0)
 
@@ -316,5 +318,9 @@ def test_celeba_tasks_train_and_ambiguous_tasks_are_scored(celeba_tree, tmp_path
     # coverage: how many of the three candidates some sampled model is assigned to
     assert all(s["coverage"] in (1, 2, 3) for s in scores)
     assert all(0 <= s["accuracy"] <= 1 and s["nll"] > 0 for s in scores)
+    with pytest.raises(ValueError, match="the tasks have no 'candidate_y'"):
+        platipus.evaluate_ambiguity({k: v for k, v in tasks.items() if k != "candidate_y"})
+    with pytest.raises(ValueError, match="candidate_x must be an array"):
+        platipus.evaluate_ambiguity({**tasks, "candidate_x": [None, None, None]})
     with pytest.raises(ValueError, match="rule must be"):
         pp.Celeba(celeba_tree, rule="either", cache_directory=tmp_path)
