@@ -38,7 +38,9 @@ def arguments(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="0: one per core")
     p.add_argument("--eval-tasks", type=int, default=None, help="held-out tasks (600)")
-    p.add_argument("--samples", type=int, default=10, help="models per task of the sampling learners")
+    p.add_argument(
+        "--samples", type=int, default=10, help="models per task of the sampling learners"
+    )
     p.add_argument("--quick", action="store_true", help="200 steps and 100 held-out tasks")
     p.add_argument("--no-plot", action="store_true", help="write no figures")
     a = p.parse_args(argv)
@@ -129,7 +131,9 @@ def evaluate(learners, a):
             "nll": as_json([t["nll"] for t in s]),
             "coverage90": as_json([t["coverage"] for t in s]),
         }
-    results["platipus"]["mse_per_sample"] = as_json([t["mse_per_sample"] for t in scores["platipus"]])
+    results["platipus"]["mse_per_sample"] = as_json(
+        [t["mse_per_sample"] for t in scores["platipus"]]
+    )
     results["platipus_minus_maml_mse"] = as_json(
         [p["mse"] - m["mse"] for p, m in zip(scores["platipus"], scores["maml"])]
     )
@@ -189,23 +193,39 @@ def main():
     learners = paper_learners(a)
     train(learners, a, out)
     results = evaluate(learners, a)
-    options = {"steps": a.steps, "meta_batch": a.meta_batch, "seed": a.seed, "support": 5, "query": 10}
+    options = {
+        "steps": a.steps,
+        "meta_batch": a.meta_batch,
+        "seed": a.seed,
+        "support": 5,
+        "query": 10,
+    }
     write_json(out / "results.json", {"results": results, "options": options})
     write_json(out / "figure3.json", figure3(learners, a))
-    print(f"{a.eval_tasks} held-out tasks, 5 support and 100 query points "
-          f"(mean +- 95% interval; {a.samples} samples)")
+    print(
+        f"{a.eval_tasks} held-out tasks, 5 support and 100 query points "
+        f"(mean +- 95% interval; {a.samples} samples)"
+    )
     for name in learners:
         r = results[name]
-        print(f"  {name:<11}" + "".join(
-            f"  {key} {r[key]['mean']:.3f} +- {r[key]['ci95']:.3f}" for key in ("mse", "nll", "coverage90")))
+        print(
+            f"  {name:<11}"
+            + "".join(
+                f"  {key} {r[key]['mean']:.3f} +- {r[key]['ci95']:.3f}"
+                for key in ("mse", "nll", "coverage90")
+            )
+        )
     d = results["platipus_minus_maml_mse"]
     print(f"  PLATIPUS's MSE minus MAML's, paired by task: {d['mean']:.3f} +- {d['ci95']:.3f}")
     if not a.no_plot:
         # The C++ example's plot script, which reads figure3.json and train.jsonl.
         script = pathlib.Path(__file__).resolve().parent.parent / "plots" / "sine_line.py"
         if importlib.util.find_spec("matplotlib") is None:
-            print(f"no matplotlib here (pip install matplotlib); to draw the figures later: "
-                  f"python3 {script} {out}", file=sys.stderr)
+            print(
+                f"no matplotlib here (pip install matplotlib); to draw the figures later: "
+                f"python3 {script} {out}",
+                file=sys.stderr,
+            )
         else:
             subprocess.run([sys.executable, str(script), str(out)], check=False)
     print(f"wrote {out}/results.json, figure3.json, train.jsonl")

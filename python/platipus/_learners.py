@@ -57,9 +57,7 @@ class _Learner:
         """One meta-update on a batch of tasks, arrays ``[tasks, points, ...]``;
         returns ``query_loss``, ``support_loss`` and the learner's own
         statistics (PLATIPUS: ``kl``)."""
-        return self._core.meta_step(
-            support_x, support_y, query_x, query_y, self._gen(generator)
-        )
+        return self._core.meta_step(support_x, support_y, query_x, query_y, self._gen(generator))
 
     def fit(
         self,
@@ -100,7 +98,11 @@ class _Learner:
                 callback(record)
 
         self._core.fit(
-            _core_sampler(sampler), self._gen(generator), steps, meta_batch, record_every,
+            _core_sampler(sampler),
+            self._gen(generator),
+            steps,
+            meta_batch,
+            record_every,
             on_record,
         )
         return records
@@ -146,9 +148,7 @@ class _Learner:
         generator: Optional[_core.Generator] = None,
     ) -> np.ndarray:
         """Each task's mean query loss after adapting to its support set, ``[tasks]``."""
-        return self._core.query_losses(
-            support_x, support_y, query_x, query_y, self._gen(generator)
-        )
+        return self._core.query_losses(support_x, support_y, query_x, query_y, self._gen(generator))
 
     def held_out_regression(
         self,
@@ -167,7 +167,12 @@ class _Learner:
         (``samples`` per task where they are random) from ``model_generator``,
         so that every learner can meet the same tasks."""
         return self._core.held_out_regression(
-            _core_sampler(sampler), tasks, samples, batch, noise_std, task_generator,
+            _core_sampler(sampler),
+            tasks,
+            samples,
+            batch,
+            noise_std,
+            task_generator,
             model_generator,
         )
 

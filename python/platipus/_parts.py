@@ -28,7 +28,8 @@ def MseLoss(**settings: Any) -> _core.Loss:
 
 
 def GaussianNllLoss(**settings: Any) -> _core.Loss:
-    """Negative log-likelihood under N(prediction, noise_std^2): ``noise_std`` (0.3), ``reduction``."""
+    """Negative log-likelihood under N(prediction, noise_std^2): ``noise_std``
+    (0.3), ``reduction``."""
     return _core.loss("GaussianNllLoss", json.dumps(settings))
 
 
@@ -196,5 +197,7 @@ class AmbiguousCeleba:
 
 def _require_images() -> None:
     if not hasattr(_core, "few_shot_images"):
-        raise RuntimeError("this build of platipus has no image readers (stb and zlib "
-                           "were not found when it was built)")
+        raise RuntimeError(
+            "this build of platipus has no image readers (stb and zlib "
+            "were not found when it was built)"
+        )

@@ -17,9 +17,21 @@ import pytest
 import platipus as pp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXAMPLES = pathlib.Path(os.environ.get("PLATIPUS_EXAMPLES", ROOT / "build" / "release" / "examples"))
+EXAMPLES = pathlib.Path(
+    os.environ.get("PLATIPUS_EXAMPLES", ROOT / "build" / "release" / "examples")
+)
 SEED, STEPS = 3, 50
-SHORT = ["--steps", str(STEPS), "--eval-tasks", "30", "--samples", "4", "--no-plot", "--seed", str(SEED)]
+SHORT = [
+    "--steps",
+    str(STEPS),
+    "--eval-tasks",
+    "30",
+    "--samples",
+    "4",
+    "--no-plot",
+    "--seed",
+    str(SEED),
+]
 
 pytestmark = pytest.mark.skipif(
     not (EXAMPLES / "sine_line").exists(),

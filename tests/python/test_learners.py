@@ -40,8 +40,9 @@ def test_every_learner_trains_from_python_and_its_loss_falls(learner):
     if learner is pp.Anil:
         settings["head"] = ["layer4.weight", "layer4.bias"]
     model = learner(pp.mlp(hidden=[40, 40]), pp.MseLoss(), generator=pp.Generator(0), **settings)
-    records = model.fit(pp.SinusoidLine(support=10, query=10), steps=1500, meta_batch=10,
-                        record_every=250)
+    records = model.fit(
+        pp.SinusoidLine(support=10, query=10), steps=1500, meta_batch=10, record_every=250
+    )
     first, last = records[0]["query_loss"], records[-1]["query_loss"]  # means over 250 steps
     assert last < 0.9 * first, [r["query_loss"] for r in records]
 
@@ -242,14 +243,19 @@ FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="no Debian dataset-fashion-mnist")
 def test_few_shot_image_tasks_train_conv4(tmp_path):
-    tasks = pp.FewShotImages("fashion_mnist", split="t10k", ways=3, shots=2, queries=4,
-                             cache_directory=tmp_path)
+    tasks = pp.FewShotImages(
+        "fashion_mnist", split="t10k", ways=3, shots=2, queries=4, cache_directory=tmp_path
+    )
     sx, sy, qx, qy = tasks.sample(2, pp.Generator(0))
     assert sx.shape == (2, 6, 1, 28, 28) and qx.shape == (2, 12, 1, 28, 28)
     assert set(np.unique(sy)) == {0.0, 1.0, 2.0} and 0 <= sx.min() and sx.max() <= 1
     net = pp.conv4(channels=1, size=28, filters=4, outputs=3)
-    maml = pp.Maml(net, pp.SoftmaxCrossEntropyLoss(), generator=pp.Generator(0),
-                   inner_loop={"steps": 1, "learning_rate": 0.4})
+    maml = pp.Maml(
+        net,
+        pp.SoftmaxCrossEntropyLoss(),
+        generator=pp.Generator(0),
+        inner_loop={"steps": 1, "learning_rate": 0.4},
+    )
     records = maml.fit(tasks, steps=2, meta_batch=2, record_every=1)
     assert [r["step"] for r in records] == [1, 2] and np.isfinite(records[-1]["query_loss"])
     with pytest.raises(ValueError, match="3-way tasks need|class label 3 is not in"):
@@ -277,8 +283,12 @@ def write_png(path, height, width, rgb):
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
-                     + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +301,9 @@ def celeba_tree(tmp_path_factory):
     partition = []
     for i in range(300):
         name = f"{i + 1:06d}.jpg"
-        write_png(root / "img_align_celeba" / name, 16, 16, rng.integers(0, 256, 768, np.uint8).tobytes())
+        write_png(
+            root / "img_align_celeba" / name, 16, 16, rng.integers(0, 256, 768, np.uint8).tobytes()
+        )
         lines.append(name + " " + " ".join(rng.choice(["-1", "1"], len(CELEBA_ATTRIBUTES))))
         partition.append(f"{name} {i % 3}")
     (root / "list_attr_celeba.txt").write_text("\n".join(lines) + "\n")
@@ -306,8 +318,9 @@ def test_celeba_tasks_train_and_ambiguous_tasks_are_scored(celeba_tree, tmp_path
     platipus = pp.Platipus(net, pp.SoftmaxCrossEntropyLoss(), generator=gen, kl_weight=0.05)
     records = platipus.fit(train, steps=2, meta_batch=2, record_every=1)
     assert len(records) == 2 and np.isfinite(records[-1]["kl"])
-    ambiguous = pp.AmbiguousCeleba(celeba_tree, "test", shots=1, queries=2, size=8,
-                                   cache_directory=tmp_path)
+    ambiguous = pp.AmbiguousCeleba(
+        celeba_tree, "test", shots=1, queries=2, size=8, cache_directory=tmp_path
+    )
     assert ambiguous.task_count > 0
     tasks = ambiguous.sample(3, gen)
     assert tasks["support_x"].shape == (3, 2, 3, 8, 8)
