@@ -4,8 +4,9 @@
 # benchmarks/gpu_prebuild.sh), then in this order
 #   * at once, as none of them is timed: the CUDA tests, the kernel tests
 #     under compute-sanitizer memcheck, distributed parity under
-#     `mpirun -np 2` on one GPU (the MPI staging path) and the examples on the
-#     GPU and on the CPU;
+#     `mpirun -np 2` on one GPU (the MPI staging path), the examples on the
+#     GPU and on the CPU, and the Python package's tests (with its CUDA
+#     learners, where gpu_prebuild.sh built it: PREBUILT/python);
 #   * alone on the machine: the GPU benchmark (each case in a process of its
 #     own, so that its device memory is its own), the PyTorch / JAX peers on
 #     the same workloads, and a kernel profile of a replayed MAML step and a
@@ -22,7 +23,7 @@
 # limit inside an overall deadline (DEADLINE seconds, default 450), so the
 # script ends in time even when a step hangs; a failed step is reported and
 # the next one still runs where it can. CHECKS picks steps (default "tests
-# sanitizer mpi examples benchmark peers profile"), PEER_WORKLOADS the
+# sanitizer mpi examples python benchmark peers profile"), PEER_WORKLOADS the
 # peers' algorithm:network pairs (default every sinusoid and conv4
 # workload), BENCHMARK_FILTER the GPU benchmarks (a --benchmark_filter
 # regex, default all), SANITIZER_TESTS the tests memcheck runs (a Catch2
@@ -43,7 +44,7 @@ BENCHMARK_FILTER=${BENCHMARK_FILTER:-.}
 PROFILE_FILTERS=${PROFILE_FILTERS:-cuda_maml_sinusoid_graph/first_order:0 cuda_maml_conv4_graph/miniimagenet/engine:1/batch_norm:1}
 PROFILE_LAUNCHES=${PROFILE_LAUNCHES:-1500}
 SANITIZER_TESTS=${SANITIZER_TESTS:-[backend],[ops]}
-CHECKS=${CHECKS:-tests sanitizer mpi examples benchmark peers profile}
+CHECKS=${CHECKS:-tests sanitizer mpi examples python benchmark peers profile}
 PEER_WORKLOADS=${PEER_WORKLOADS:-maml:small platipus:small platipus:paper maml:conv4-miniimagenet maml:conv4-omniglot}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 NCU=${NCU:-$(command -v ncu || true)}
@@ -170,8 +171,14 @@ if [[ $built == yes ]] && checking examples; then
   ) &
   pending+=(examples)
 fi
+if [[ $built == yes && -d $PREBUILT/python/platipus ]] && checking python; then
+  say "== the Python package's tests, its CUDA learners included (PYTHONPATH=$PREBUILT/python)"
+  PYTHONPATH=$(cd "$PREBUILT/python" && pwd) run 150 "$OUT/python.log" "$PYTHON" -m pytest -q -p no:cacheprovider \
+    tests/python/test_cuda.py tests/python/test_learners.py &
+  pending+=(python)
+fi
 wait
-for log in sanitizer mpi examples/examples; do
+for log in sanitizer mpi examples/examples python; do
   [[ -f $OUT/$log.log ]] && cat "$OUT/$log.log" >>"$DETAILS" && rm "$OUT/$log.log"
 done
 if [[ " ${pending[*]} " == *" tests "* ]]; then
@@ -181,6 +188,9 @@ if [[ " ${pending[*]} " == *" tests "* ]]; then
 fi
 if [[ " ${pending[*]} " == *" sanitizer "* ]]; then
   say "  memcheck: $(grep -E 'ERROR SUMMARY' "$DETAILS" | tail -1)"
+fi
+if [[ " ${pending[*]} " == *" python "* ]]; then
+  say "  python: $(grep -E '[0-9]+ (passed|failed|errors?)' "$DETAILS" | tail -1)"
 fi
 if [[ " ${pending[*]} " == *" examples "* ]]; then
   "$PYTHON" - "$OUT/examples" <<'PY' 2>&1 | tee -a "$SUMMARY"

@@ -12,7 +12,16 @@
 # glibc, libstdc++ and CUDA's own, such as libfmt and libbenchmark),
 # openmpi/ (this machine's Open MPI, mpirun and its plugins, for a GPU
 # machine without one: gpu_check.sh relocates it with OPAL_PREFIX) and
-# built-from.txt (the commit). Then, on the GPU machine:
+# built-from.txt (the commit), and, where DEVICE_PYTHON names a Python of
+# the GPU machine's version (3.12) with the pinned nanobind and
+# scikit-build-core installed, python/ (the Python package with its CUDA
+# learners, unpacked from its wheel, for PYTHONPATH):
+#
+#   ~/.pyenv/versions/3.12.1/bin/python3 -m venv /opt/py312
+#   /opt/py312/bin/pip install nanobind==3.1.0 scikit-build-core==1.1.2
+#   DEVICE_PYTHON=/opt/py312/bin/python benchmarks/gpu_prebuild.sh DIR
+#
+# Then, on the GPU machine:
 #
 #   OUT=/tmp/gpu-check PREBUILT=DIR benchmarks/gpu_check.sh
 #
@@ -42,10 +51,18 @@ for program in "${programs[@]}"; do
   cp "$BUILD/$program" "$DIR/bin/"
   strip --strip-unneeded "$DIR/bin/${program##*/}"
 done
+if [[ -n ${DEVICE_PYTHON:-} ]]; then
+  rm -rf "$BUILD-wheel"
+  "$DEVICE_PYTHON" -m pip wheel --no-build-isolation --no-deps . -w "$BUILD-wheel" -C build-dir="$BUILD-python" \
+    -C cmake.define.PLATIPUS_NATIVE=OFF -C cmake.define.PLATIPUS_WITH_CUDA=ON \
+    -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -C cmake.build-type=Release
+  "$DEVICE_PYTHON" -m zipfile -e "$BUILD-wheel"/platipus-*.whl "$DIR/python"
+  strip --strip-unneeded "$DIR"/python/platipus/_platipus*.so
+fi
 # The libraries to carry: what the programs load, less the C and C++
 # runtimes and the CUDA driver, runtime, cuBLAS, cuDNN and NCCL, which the GPU
 # machine has (NCCL in PyTorch's packages).
-ldd "$DIR"/bin/* | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
+ldd "$DIR"/bin/* $(ls "$DIR"/python/platipus/_platipus*.so 2>/dev/null) | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
   grep -Ev '/(ld-linux|libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl)\.so' |
   while read -r library; do cp -L "$library" "$DIR/lib/"; done
 # Open MPI for `mpirun -np 2`, without the network transports a single

@@ -27,6 +27,7 @@ from ._learners import (
     MetaSgd,
     Platipus,
     Reptile,
+    cuda_available,
 )
 from ._parts import (
     AmbiguousCeleba,
@@ -68,6 +69,7 @@ __all__ = [
     "SinusoidLine",
     "SoftmaxCrossEntropyLoss",
     "conv4",
+    "cuda_available",
     "estimate",
     "mlp",
     "score_classification",

@@ -16,6 +16,28 @@ from ._parts import _dtype_name, _Sampler
 Sampler = Union[_Sampler, Callable[[int, _core.Generator], Tuple[np.ndarray, ...]]]
 
 
+def cuda_available() -> bool:
+    """Whether learners can take ``device="cuda"``: this build has the CUDA
+    backend and the process sees a CUDA device."""
+    return hasattr(_core, "cuda_device_count") and _core.cuda_device_count() > 0
+
+
+def _device_name(device: str, dtype: str) -> str:
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda":
+        if not hasattr(_core, "cuda_device_count"):
+            raise RuntimeError(
+                "this build of platipus has no CUDA backend (CUDA and cuDNN were not "
+                "found when it was built)"
+            )
+        if dtype != "float32":
+            raise ValueError(f"learners on the GPU are float32, got dtype {dtype}")
+        if _core.cuda_device_count() == 0:
+            raise RuntimeError("device='cuda': this process sees no CUDA device")
+    return device
+
+
 def _core_sampler(sampler: Sampler) -> _core.Sampler:
     if isinstance(sampler, _Sampler):
         return sampler._core
@@ -32,14 +54,19 @@ class _Learner:
         *,
         generator: _core.Generator,
         dtype: Any = "float32",
+        device: str = "cpu",
         **settings: Any,
     ) -> None:
         """Initialises the meta-parameters from ``generator``, which the learner
         then draws from whenever a method is not given another. ``settings``
-        are the C++ settings struct's fields by name (``inner_loop`` a dict)."""
+        are the C++ settings struct's fields by name (``inner_loop`` a dict).
+        ``device="cuda"``: the learner computes on the GPU (C++
+        ``platipus::cuda``, float32), taking and giving NumPy arrays as on the CPU."""
         self.dtype = _dtype_name(dtype)
+        self.device = _device_name(device, self.dtype)
         self.generator = generator
-        cls = getattr(_core, f"{self._name}_{self.dtype}")
+        suffix = self.dtype if self.device == "cpu" else f"{self.dtype}_{self.device}"
+        cls = getattr(_core, f"{self._name}_{suffix}")
         self._core = cls(network, loss, json.dumps(settings), generator)
 
     def _gen(self, generator: Optional[_core.Generator]) -> _core.Generator:
@@ -224,7 +251,8 @@ class _Learner:
     def save(self, path: str, metadata: Optional[Dict[str, Any]] = None) -> None:
         """Writes the meta-parameters to a safetensors checkpoint (atomically),
         with the network's layout and ``metadata`` (default: the learner's
-        name, dtype and settings); ``safetensors.numpy.load_file`` reads it."""
+        name, dtype and settings); ``safetensors.numpy.load_file`` reads it,
+        and a learner on either device loads it."""
         if metadata is None:
             metadata = {"learner": self._name, "dtype": self.dtype, "settings": self.settings}
         self._core.save(str(path), json.dumps(metadata))
@@ -261,7 +289,10 @@ class _Learner:
         return self._core.adapts_randomly
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(dtype={self.dtype}, parameters={self.parameter_count})"
+        return (
+            f"{type(self).__name__}(dtype={self.dtype}, device={self.device}, "
+            f"parameters={self.parameter_count})"
+        )
 
 
 class Maml(_Learner):
@@ -283,13 +314,14 @@ class MamlNoise(Maml):
         gradient_noise: float,
         generator: _core.Generator,
         dtype: Any = "float32",
+        device: str = "cpu",
         **settings: Any,
     ) -> None:
         if not gradient_noise > 0:
             raise ValueError(f"MamlNoise: gradient_noise must be positive, got {gradient_noise}")
         settings = copy.deepcopy(settings)
         settings.setdefault("inner_loop", {})["gradient_noise"] = gradient_noise
-        super().__init__(network, loss, generator=generator, dtype=dtype, **settings)
+        super().__init__(network, loss, generator=generator, dtype=dtype, device=device, **settings)
 
 
 class Platipus(_Learner):

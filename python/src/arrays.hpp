@@ -1,14 +1,16 @@
 // NumPy arrays in and out of platipus tensors. An argument is read in place
 // (a tensor view of its memory) when it is C-contiguous, else copied; it must
-// hold the learner's dtype, in host memory. A result is a fresh NumPy array
-// that owns a copy (plain new[]/delete[]: the array may outlive the learner
-// and be freed on any thread); results are parameters, predictions and
-// batches, one pass over memory beside the work that made them.
+// hold the learner's dtype, in host memory. A learner on the GPU gets a
+// device copy (on_backend). A result is a fresh NumPy array that owns a copy
+// (plain new[]/delete[]: the array may outlive the learner and be freed on
+// any thread); results are parameters, predictions and batches, one pass
+// over memory beside the work that made them.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -86,15 +88,34 @@ Tensor<T, cpu> tensor_of(const Array& array, std::string_view who, std::string_v
   return copy;
 }
 
+// A host tensor on backend B: itself (a view stays a view) on the CPU, a
+// device copy otherwise.
+template <class B, class T>
+Tensor<T, B> on_backend(Tensor<T, cpu>&& tensor) {
+  if constexpr (std::is_same_v<B, cpu>)
+    return std::move(tensor);
+  else
+    return tensor.template to<B>();
+}
+
+// A copy of a host tensor on backend B, owning its memory.
+template <class B, class T>
+Tensor<T, B> copy_on_backend(const Tensor<T, cpu>& tensor) {
+  if constexpr (std::is_same_v<B, cpu>)
+    return tensor.clone();
+  else
+    return tensor.template to<B>();
+}
+
 template <class T>
 using NumpyArray = nb::ndarray<nb::numpy, T>;
 
-// A NumPy array holding a copy of `tensor`.
-template <class T>
-NumpyArray<T> array_of(const Tensor<T, cpu>& tensor) {
+// A NumPy array holding a copy of `tensor` (from the device, on the GPU).
+template <class T, class B>
+NumpyArray<T> array_of(const Tensor<T, B>& tensor) {
   const auto n = static_cast<std::size_t>(tensor.numel());
   T* data = new T[n > 0 ? n : 1];
-  if (n > 0) cpu::copy_to_host(data, tensor.data(), tensor.bytes());
+  if (n > 0) B::copy_to_host(data, tensor.data(), tensor.bytes());
   nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
   std::vector<std::size_t> shape;
   for (int a = 0; a < tensor.rank(); ++a) shape.push_back(static_cast<std::size_t>(tensor.dim(a)));

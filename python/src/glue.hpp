@@ -74,29 +74,32 @@ struct AnyLoss {
   }
 };
 
-// Four arrays as a batch of tasks, checked as the learners check one.
-template <class T>
-TaskBatch<T, cpu> batch_of(const Array& support_x, const Array& support_y, const Array& query_x,
-                           const Array& query_y, std::string_view who) {
-  TaskBatch<T, cpu> batch{
-      tensor_of<T>(support_x, who, "support_x"), tensor_of<T>(support_y, who, "support_y", 3),
-      tensor_of<T>(query_x, who, "query_x"), tensor_of<T>(query_y, who, "query_y", 3)};
+// Four arrays as a batch of tasks on backend B, checked as the learners
+// check one.
+template <class T, class B = cpu>
+TaskBatch<T, B> batch_of(const Array& support_x, const Array& support_y, const Array& query_x,
+                         const Array& query_y, std::string_view who) {
+  TaskBatch<T, B> batch{on_backend<B>(tensor_of<T>(support_x, who, "support_x")),
+                        on_backend<B>(tensor_of<T>(support_y, who, "support_y", 3)),
+                        on_backend<B>(tensor_of<T>(query_x, who, "query_x")),
+                        on_backend<B>(tensor_of<T>(query_y, who, "query_y", 3))};
   batch.validate(who);
   return batch;
 }
 
 #ifdef PLATIPUS_PYTHON_IMAGES
-// N-way K-shot tasks of a loaded image split (Omniglot, MiniImagenet,
-// Fashion-MNIST), which every dtype's sampler shares.
+// A loaded image split and the tasks to draw from it, which every dtype's
+// and backend's sampler shares: N-way K-shot tasks (Omniglot, MiniImagenet,
+// Fashion-MNIST) or CelebA's attribute tasks (Appendix A). A sampler is made
+// for each training or evaluation call (a CelebA sampler enumerates the
+// split's attribute pairs then, a fraction of a second).
 struct FewShotSource {
   data::FewShotSplit split;
   data::FewShotSettings settings;
 };
-// CelebA's attribute tasks (Appendix A), each dtype's sampler made once: a
-// sampler enumerates the split's attribute pairs when it is made.
 struct CelebaSource {
-  std::shared_ptr<const data::CelebaTaskSampler<float>> float32;
-  std::shared_ptr<const data::CelebaTaskSampler<double>> float64;
+  data::CelebaSplit split;
+  data::CelebaTaskSettings settings;
 };
 #else
 struct FewShotSource {};
@@ -111,33 +114,28 @@ struct AnySampler {
                nb::object>
       source;
 
-  // The sampler that a learner of dtype T trains on.
-  template <class T>
-  std::function<TaskBatch<T, cpu>(std::int64_t, Generator&)> for_dtype() const {
+  // The sampler that a learner of dtype T on backend B trains on.
+  template <class T, class B = cpu>
+  std::function<TaskBatch<T, B>(std::int64_t, Generator&)> for_learner() const {
     if (const auto* s = std::get_if<data::SinusoidLineSettings>(&source))
-      return [sampler = data::SinusoidLineSampler<T>(*s)](std::int64_t n, Generator& gen) {
+      return [sampler = data::SinusoidLineSampler<T, B>(*s)](std::int64_t n, Generator& gen) {
         return sampler.sample(n, gen);
       };
     if (const auto* s = std::get_if<data::CirclesSettings>(&source))
-      return [sampler = data::CirclesSampler<T>(*s)](std::int64_t n, Generator& gen) {
+      return [sampler = data::CirclesSampler<T, B>(*s)](std::int64_t n, Generator& gen) {
         return sampler.sample(n, gen);
       };
 #ifdef PLATIPUS_PYTHON_IMAGES
     if (const auto* s = std::get_if<FewShotSource>(&source))
-      return [sampler = data::FewShotSampler<T>(s->split, s->settings)](std::int64_t n,
-                                                                        Generator& gen) {
+      return [sampler = data::FewShotSampler<T, B>(s->split, s->settings)](std::int64_t n,
+                                                                           Generator& gen) {
         return sampler.sample(n, gen);
       };
-    if (const auto* s = std::get_if<CelebaSource>(&source)) {
-      std::shared_ptr<const data::CelebaTaskSampler<T>> sampler;
-      if constexpr (std::is_same_v<T, float>)
-        sampler = s->float32;
-      else
-        sampler = s->float64;
-      return [sampler](std::int64_t n, Generator& gen) {
-        return sampler->sample(n, gen);
+    if (const auto* s = std::get_if<CelebaSource>(&source))
+      return [sampler = data::CelebaTaskSampler<T, B>(s->split, s->settings)](std::int64_t n,
+                                                                              Generator& gen) {
+        return sampler.sample(n, gen);
       };
-    }
 #endif
     return [callable = std::get<nb::object>(source)](std::int64_t n, Generator& gen) {
       nb::gil_scoped_acquire gil;
@@ -148,11 +146,12 @@ struct AnySampler {
             "must return (support_x, support_y, query_x, query_y), got {}",
             nb::str(nb::handle(drawn.type())).c_str());
       // Copies: the arrays are the callable's, and die with the tuple.
-      auto batch = batch_of<T>(
+      const auto batch = batch_of<T>(
           array_argument(four[0], who, "support_x"), array_argument(four[1], who, "support_y"),
           array_argument(four[2], who, "query_x"), array_argument(four[3], who, "query_y"), who);
-      return TaskBatch<T, cpu>{batch.support_x.clone(), batch.support_y.clone(),
-                               batch.query_x.clone(), batch.query_y.clone()};
+      return TaskBatch<T, B>{copy_on_backend<B>(batch.support_x),
+                             copy_on_backend<B>(batch.support_y), copy_on_backend<B>(batch.query_x),
+                             copy_on_backend<B>(batch.query_y)};
     };
   }
 };
@@ -182,10 +181,10 @@ inline nb::dict as_dict(const AmbiguityScores& s) {
 }
 
 // The sampler type the library's training loop takes.
-template <class T>
+template <class T, class B = cpu>
 struct ErasedSampler {
-  std::function<TaskBatch<T, cpu>(std::int64_t, Generator&)> draw;
-  TaskBatch<T, cpu> sample(std::int64_t tasks, Generator& gen) const { return draw(tasks, gen); }
+  std::function<TaskBatch<T, B>(std::int64_t, Generator&)> draw;
+  TaskBatch<T, B> sample(std::int64_t tasks, Generator& gen) const { return draw(tasks, gen); }
 };
 
 }  // namespace platipus::python

@@ -1,6 +1,8 @@
-// One Python class per meta-learner and dtype ("Maml_float32"), over the
-// library's MetaLearner: the Python package's classes (platipus/_learners.py)
-// hold one and pass it their default generator. The GIL is released while
+// One Python class per meta-learner, dtype and backend ("Maml_float32",
+// "Maml_float32_cuda"), over the library's MetaLearner: the Python package's
+// classes (platipus/_learners.py) hold one and pass it their default
+// generator. Arrays in are host memory; a learner on the GPU copies them to
+// the device, and its results back. The GIL is released while
 // the library works; the training loop takes it back to call Python (a
 // sampler, the record callback) and, between steps, to look for Ctrl-C.
 #pragma once
@@ -22,6 +24,7 @@ class LearnerBinding {
  public:
   using Learner = MetaLearner<Objective>;
   using T = typename Learner::T;
+  using B = typename Objective::Backend;
   using Settings = typename Learner::Settings;
 
   LearnerBinding(const nn::Sequential& network, const AnyLoss& loss, const std::string& settings,
@@ -31,7 +34,7 @@ class LearnerBinding {
   // One meta-update; the step's statistics by name.
   nb::dict meta_step(const Array& support_x, const Array& support_y, const Array& query_x,
                      const Array& query_y, Generator& gen) {
-    const auto batch = batch_of<T>(support_x, support_y, query_x, query_y, who("meta_step"));
+    const auto batch = batch_of<T, B>(support_x, support_y, query_x, query_y, who("meta_step"));
     MetaStepResult result;
     {
       nb::gil_scoped_release release;
@@ -48,7 +51,7 @@ class LearnerBinding {
   // record; stops with KeyboardInterrupt between two steps on Ctrl-C.
   std::int64_t fit(const AnySampler& sampler, Generator& gen, std::int64_t steps,
                    std::int64_t meta_batch, std::int64_t record_every, nb::object callback) {
-    const ErasedSampler<T> erased{sampler.template for_dtype<T>()};
+    const ErasedSampler<T, B> erased{sampler.template for_learner<T, B>()};
     const TrainingLoop loop{.steps = steps,
                             .meta_batch = meta_batch,
                             .record_every = record_every,
@@ -86,7 +89,7 @@ class LearnerBinding {
   }
 
   NumpyArray<T> adapt(const Array& support_x, const Array& support_y, Generator& gen) const requires
-      requires(const Learner& l, const Tensor<T, cpu>& x, Generator& g) {
+      requires(const Learner& l, const Tensor<T, B>& x, Generator& g) {
     l.adapt_to(x, x, g);
   }
   {
@@ -96,15 +99,15 @@ class LearnerBinding {
   }
 
   NumpyArray<T> predict(const Array& parameters, const Array& x) const {
-    const auto p = tensor_of<T>(parameters, who("predict"), "parameters");
-    const auto inputs = tensor_of<T>(x, who("predict"), "x");
+    const auto p = on_backend<B>(tensor_of<T>(parameters, who("predict"), "parameters"));
+    const auto inputs = on_backend<B>(tensor_of<T>(x, who("predict"), "x"));
     nb::gil_scoped_release release;
     return array_of(learner_.predict(p, inputs));
   }
 
   NumpyArray<T> query_losses(const Array& support_x, const Array& support_y, const Array& query_x,
                              const Array& query_y, Generator& gen) const {
-    const auto batch = batch_of<T>(support_x, support_y, query_x, query_y, who("query_losses"));
+    const auto batch = batch_of<T, B>(support_x, support_y, query_x, query_y, who("query_losses"));
     nb::gil_scoped_release release;
     return array_of(learner_.query_losses(batch, gen));
   }
@@ -114,7 +117,7 @@ class LearnerBinding {
   nb::list held_out_regression(const AnySampler& sampler, std::int64_t tasks, std::int64_t samples,
                                std::int64_t batch, double noise_std, Generator& task_draws,
                                Generator& model_draws) const {
-    const ErasedSampler<T> erased{sampler.template for_dtype<T>()};
+    const ErasedSampler<T, B> erased{sampler.template for_learner<T, B>()};
     std::vector<RegressionScores> scores;
     {
       nb::gil_scoped_release release;
@@ -129,7 +132,7 @@ class LearnerBinding {
   nb::list held_out_classification(const AnySampler& sampler, std::int64_t tasks,
                                    std::int64_t samples, std::int64_t batch, Generator& task_draws,
                                    Generator& model_draws) const {
-    const ErasedSampler<T> erased{sampler.template for_dtype<T>()};
+    const ErasedSampler<T, B> erased{sampler.template for_learner<T, B>()};
     std::vector<ClassificationScores> scores;
     {
       nb::gil_scoped_release release;
@@ -148,19 +151,18 @@ class LearnerBinding {
   nb::list evaluate_ambiguity(const nb::dict& tasks, std::int64_t assignment,
                               std::int64_t likelihood, std::int64_t at_once, Generator& gen) const {
     const std::string w = who("evaluate_ambiguity");
-    AmbiguousTasks<T, cpu> t;
+    AmbiguousTasks<T, B> t;
     const auto item = [&](const char* key) {
       check(tasks.contains(key), w, "the tasks have no '{}' (AmbiguousCeleba.sample's dict)", key);
       return tasks[key];
     };
-    t.support_x = tensor_of<T>(array_argument(item("support_x"), w, "support_x"), w, "support_x");
-    t.support_y =
-        tensor_of<T>(array_argument(item("support_y"), w, "support_y"), w, "support_y", 3);
-    for (const auto& x : item("candidate_x"))
-      t.candidate_x.push_back(tensor_of<T>(array_argument(x, w, "candidate_x"), w, "candidate_x"));
-    for (const auto& y : item("candidate_y"))
-      t.candidate_y.push_back(
-          tensor_of<T>(array_argument(y, w, "candidate_y"), w, "candidate_y", 3));
+    const auto read = [&](nb::handle value, const char* name, int rank) {
+      return on_backend<B>(tensor_of<T>(array_argument(value, w, name), w, name, rank));
+    };
+    t.support_x = read(item("support_x"), "support_x", 0);
+    t.support_y = read(item("support_y"), "support_y", 3);
+    for (const auto& x : item("candidate_x")) t.candidate_x.push_back(read(x, "candidate_x", 0));
+    for (const auto& y : item("candidate_y")) t.candidate_y.push_back(read(y, "candidate_y", 3));
     std::vector<AmbiguityScores> scores;
     {
       nb::gil_scoped_release release;
@@ -181,7 +183,7 @@ class LearnerBinding {
     return out;
   }
   void set_state(const std::string& name, const Array& value) {
-    learner_.set_state(name, tensor_of<T>(value, who("set_state"), name).clone());
+    learner_.set_state(name, copy_on_backend<B>(tensor_of<T>(value, who("set_state"), name)));
   }
 
   void save(const std::string& path, const std::string& metadata) const {
@@ -212,10 +214,10 @@ class LearnerBinding {
     return fmt::format("{}.{}", Objective::name, method);
   }
 
-  std::pair<Tensor<T, cpu>, Tensor<T, cpu>> support(const Array& support_x, const Array& support_y,
-                                                    const char* method) const {
-    auto x = tensor_of<T>(support_x, who(method), "support_x");
-    auto y = tensor_of<T>(support_y, who(method), "support_y", 3);
+  std::pair<Tensor<T, B>, Tensor<T, B>> support(const Array& support_x, const Array& support_y,
+                                                const char* method) const {
+    auto x = on_backend<B>(tensor_of<T>(support_x, who(method), "support_x"));
+    auto y = on_backend<B>(tensor_of<T>(support_y, who(method), "support_y", 3));
     check(x.rank() >= 3 && x.dim(0) == y.dim(0) && x.dim(1) == y.dim(1), who(method),
           "support_x {} and support_y {} are not [tasks, points, ...] of one batch", x.shape(),
           y.shape());
@@ -267,8 +269,14 @@ void bind_learner(nb::module_& m, const char* name) {
     c.def("adapt", &L::adapt, "support_x"_a, "support_y"_a, "generator"_a);
 }
 
-// Every learner of the library for dtype T, named "<Learner>_<dtype>".
-template <class T>
+// Every learner of the library for dtype T on backend B, named
+// "<Learner>_<dtype>" on the CPU and "<Learner>_<dtype>_<backend>" otherwise.
+template <class T, class B>
 void bind_learners(nb::module_& m);
+
+#ifdef PLATIPUS_PYTHON_CUDA
+// The CUDA devices this process sees (0 without a device or driver).
+int cuda_device_count();
+#endif
 
 }  // namespace platipus::python

@@ -1,3 +1,3 @@
 #include "learners_all.hpp"
 
-template void platipus::python::bind_learners<float>(nanobind::module_&);
+template void platipus::python::bind_learners<float, platipus::cpu>(nanobind::module_&);

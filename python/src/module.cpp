@@ -1,11 +1,16 @@
 // platipus._platipus: the extension module under the Python package
 // (python/platipus). Settings travel as JSON text, which the package writes
 // from keyword arguments; see docs/python.md.
+#include <optional>
+
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "learners_all.hpp"
+#ifdef PLATIPUS_PYTHON_CUDA
+#include "platipus/backend/cuda/cuda.hpp"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -44,18 +49,24 @@ data::CelebaSplit load_celeba_split(const std::string& root, const std::string& 
 }
 
 // PLATIPUS's ambiguous CelebA tasks (Section 5): three attributes of which
-// the support set shows two, and a candidate query set for each pair.
+// the support set shows two, and a candidate query set for each pair. The
+// float32 sampler is made with the object (it enumerates the split's
+// attribute triples, and refuses a split that has none); the float64 one on
+// its first use, as few ask for it.
 struct AmbiguousCeleba {
-  std::shared_ptr<const data::AmbiguousCelebaSampler<float>> float32;
-  std::shared_ptr<const data::AmbiguousCelebaSampler<double>> float64;
+  data::AmbiguousCelebaSampler<float> float32;
+  mutable std::optional<data::AmbiguousCelebaSampler<double>> float64;
 
   template <class T>
   nb::dict sample(std::int64_t tasks, Generator& gen) const {
+    // Made with the GIL held, which orders two threads' first calls.
+    if constexpr (std::is_same_v<T, double>)
+      if (!float64) float64.emplace(float32.split(), float32.settings());
     AmbiguousTasks<T, cpu> drawn;
     {
       nb::gil_scoped_release release;
       if constexpr (std::is_same_v<T, float>)
-        drawn = float32->sample(tasks, gen);
+        drawn = float32.sample(tasks, gen);
       else
         drawn = float64->sample(tasks, gen);
     }
@@ -77,7 +88,7 @@ struct AmbiguousCeleba {
 template <class T>
 nb::tuple sample_tasks(const AnySampler& sampler, std::int64_t tasks, Generator& gen) {
   TaskBatch<T, cpu> batch;
-  const auto draw = sampler.template for_dtype<T>();
+  const auto draw = sampler.template for_learner<T>();
   {
     nb::gil_scoped_release release;
     batch = draw(tasks, gen);
@@ -221,9 +232,8 @@ NB_MODULE(_platipus, m) {
         nb::gil_scoped_release release;
         const auto loaded =
             with_file([&] { return load_celeba_split(root, split, size, cache_directory); });
-        return AnySampler{
-            CelebaSource{std::make_shared<data::CelebaTaskSampler<float>>(loaded, s),
-                         std::make_shared<data::CelebaTaskSampler<double>>(loaded, s)}};
+        data::CelebaTaskSampler<float> check_settings(loaded, s);
+        return AnySampler{CelebaSource{loaded, s}};
       },
       "root"_a, "split"_a, "size"_a, "shots"_a, "queries"_a, "rule"_a, "cache_directory"_a);
   nb::class_<AmbiguousCeleba>(m, "AmbiguousCeleba")
@@ -236,12 +246,10 @@ NB_MODULE(_platipus, m) {
             nb::gil_scoped_release release;
             const auto loaded =
                 with_file([&] { return load_celeba_split(root, split, size, cache_directory); });
-            new (self)
-                AmbiguousCeleba{std::make_shared<data::AmbiguousCelebaSampler<float>>(loaded, s),
-                                std::make_shared<data::AmbiguousCelebaSampler<double>>(loaded, s)};
+            new (self) AmbiguousCeleba{data::AmbiguousCelebaSampler<float>(loaded, s), {}};
           },
           "root"_a, "split"_a, "size"_a, "shots"_a, "queries"_a, "rule"_a, "cache_directory"_a)
-      .def_prop_ro("task_count", [](const AmbiguousCeleba& a) { return a.float32->task_count(); })
+      .def_prop_ro("task_count", [](const AmbiguousCeleba& a) { return a.float32.task_count(); })
       .def("sample_float32", &AmbiguousCeleba::sample<float>, "tasks"_a, "generator"_a)
       .def("sample_float64", &AmbiguousCeleba::sample<double>, "tasks"_a, "generator"_a);
 #endif
@@ -281,6 +289,10 @@ NB_MODULE(_platipus, m) {
       },
       "probabilities"_a, "labels"_a, "bins"_a = 10);
 
-  bind_learners<float>(m);
-  bind_learners<double>(m);
+  bind_learners<float, cpu>(m);
+  bind_learners<double, cpu>(m);
+#ifdef PLATIPUS_PYTHON_CUDA
+  bind_learners<float, cuda>(m);
+  m.def("cuda_device_count", &cuda_device_count);
+#endif
 }
