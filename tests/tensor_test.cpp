@@ -296,6 +296,23 @@ TEST_CASE("Philox 4x32-10 reproduces the Random123 known-answer vectors", "[rand
   // counter (0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), key (0xa4093822, 0x299f31d0)
   CHECK(philox4x32_10(0x299f31d0a4093822ull, 0x85a308d3243f6a88ull, 0x0370734413198a2eull) ==
         PhiloxBlock{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
+  // The batched rounds give each block's bits: 37 blocks (two batches of 16
+  // and five alone) whose counters carry into their high word.
+  const std::uint64_t seed = 0x299f31d0a4093822ull, stream = 0x0370734413198a2eull,
+                      counter = 0xffffffffull - 20;
+  std::vector<PhiloxBlock> blocks(37);
+  philox4x32_10_blocks(seed, counter, stream, 37, blocks.data());
+  for (std::uint64_t j = 0; j < 37; ++j)
+    CHECK(blocks[j] == philox4x32_10(seed, counter + j, stream));
+  // Fills read element i from block i / per_block, lane i % per_block.
+  Generator g(seed, stream);
+  const auto f = raw::uniform<float>({1003}, g).to_vector();
+  const auto d = raw::uniform<double>({1003}, g).to_vector();
+  for (std::uint64_t i = 0; i < 1003; ++i) {
+    CHECK(f[i] == PhiloxDraw<float>::uniform(philox4x32_10(seed, i / 4, stream), int(i % 4)));
+    CHECK(d[i] ==
+          PhiloxDraw<double>::uniform(philox4x32_10(seed, 251 + i / 2, stream), int(i % 2)));
+  }
 }
 
 TEST_CASE("random fills are reproducible, advance, and have the right moments", "[random]") {

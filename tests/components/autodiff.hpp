@@ -173,6 +173,19 @@ TEST_CASE(
   const auto dz = grad(sum(z), std::span<const Var<double>>(zero))[0].value().to_vector();
   CHECK(dz == std::vector<double>(6, 1.0));
   CHECK_THROWS_WITH(clip_task_norms(g, 0.0), Contains("clip_task_norms") && Contains("positive"));
+  // Every task within half the bound (norms 5, 1, 13 against 26): on the CPU
+  // the pieces come back themselves and nothing is recorded.
+  const std::vector<Var<double>> v{tape.variable(g[0].value().clone()),
+                                   tape.variable(g[1].value().clone())};
+  const auto nodes = tape.nodes();
+  const auto same = clip_task_norms(v, 26.0);
+  CHECK((same[0] == v[0] && same[1] == v[1]));
+  CHECK(tape.nodes() == nodes);
+  // Within the bound but not within half of it: recorded, multiplied by exactly 1.
+  const auto recorded = clip_task_norms(v, 13.5);
+  CHECK(tape.nodes() > nodes);
+  CHECK(recorded[0].value().to_vector() == v[0].value().to_vector());
+  CHECK(recorded[1].value().to_vector() == v[1].value().to_vector());
 }
 
 TEST_CASE("clip_task_norms passes first and second order checks on both sides of the bound",

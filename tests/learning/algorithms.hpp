@@ -318,6 +318,48 @@ TEST_CASE("a meta-gradient through clipped inner gradients matches central finit
   CHECK(gap > 1e-3 * scale);
 }
 
+TEST_CASE("a clip that does not bind leaves the float meta-gradient bit for bit as without one",
+          "[maml][grad]") {
+  const auto model = nn::mlp({.inputs = 1, .hidden = {16, 16}, .outputs = 1});
+  const data::SinusoidLineSampler<float> sampler({.support = 5, .query = 5});
+  Generator gen(4);
+  const auto batch = sampler.sample(6, gen);
+  auto meta_gradient = [&](double bound) {
+    Generator init(3), draws(5);
+    Maml<nn::Sequential, MseLoss> maml(
+        model, MseLoss{},
+        {.inner_loop = {.steps = 3, .learning_rate = 0.02, .max_gradient_norm = bound},
+         .driver = {.threads = 1}},
+        init);
+    return maml.meta_gradient(batch, draws).to_vector();
+  };
+  // The largest first inner-gradient norm over the tasks.
+  double largest = 0;
+  {
+    Generator init(3);
+    Maml<nn::Sequential, MseLoss> maml(model, MseLoss{}, {}, init);
+    Tape<float> tape;
+    const auto phi = per_task(tape.variable(maml.parameters()), model.layout(), batch.tasks());
+    const auto g = grad(task_loss(model, MseLoss{}, phi, tape.constant(batch.support_x),
+                                  tape.constant(batch.support_y)),
+                        std::span<const Var<float>>(phi));
+    std::vector<double> norms(static_cast<std::size_t>(batch.tasks()), 0.0);
+    for (const auto& gi : g) {
+      const auto v = gi.value().to_vector();
+      const std::size_t row = v.size() / norms.size();
+      for (std::size_t i = 0; i < v.size(); ++i) norms[i / row] += double(v[i]) * v[i];
+    }
+    largest = std::sqrt(*std::max_element(norms.begin(), norms.end()));
+  }
+  INFO("largest task gradient norm " << largest);
+  const auto plain = meta_gradient(0);
+  // Every task within half the bound (the clip is not recorded on the CPU),
+  // and the largest task within the bound but past half of it (recorded,
+  // its factor exactly 1; later inner steps move the norms a little).
+  CHECK(meta_gradient(100 * largest) == plain);
+  CHECK(meta_gradient(1.5 * largest) == plain);
+}
+
 // A fixed inner step of 0.05 on MSE is past the stability limit for the
 // sinusoid-or-line tasks of large amplitude: MAML's loss turned NaN within
 // a few meta-steps. Clipping each task's inner gradient to norm 2 (a trust

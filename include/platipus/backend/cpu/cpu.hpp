@@ -115,6 +115,14 @@ struct cpu {
     }
   }
 
+  // The sum of x's squares in any order, vectorised (not part of the
+  // backend concept: a host-side test, clip_task_norms's).
+  template <class T>
+  static double squared_norm(const T* x, std::int64_t n) {
+    return static_cast<double>(
+        Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(x, n).square().sum());
+  }
+
   // ---- layout ----
   template <class T>
   static void strided_copy(const T* src, T* dst, const CopyLayout& l) {
@@ -385,13 +393,14 @@ struct cpu {
     using Array = Eigen::ArrayXf;
     constexpr std::int64_t chunk = 1024;  // pairs per pass (even), so temporaries stay in L1
     Array u0(chunk), u1(chunk), radius(chunk), angle(chunk);
+    std::array<PhiloxBlock, chunk / 2> blocks;
     const std::int64_t total_pairs = (n + 1) / 2;
     for (std::int64_t first = 0; first < total_pairs; first += chunk) {
       const std::int64_t pairs = std::min(chunk, total_pairs - first);
-      const std::uint64_t first_block = block + static_cast<std::uint64_t>(first / 2);
+      philox4x32_10_blocks(seed, block + static_cast<std::uint64_t>(first / 2), stream,
+                           (pairs + 1) / 2, blocks.data());
       for (std::int64_t j = 0; 2 * j < pairs; ++j) {
-        const PhiloxBlock b =
-            philox4x32_10(seed, first_block + static_cast<std::uint64_t>(j), stream);
+        const PhiloxBlock& b = blocks[static_cast<std::size_t>(j)];
         u0[2 * j] = PhiloxDraw<float>::uniform(b, 0);
         u1[2 * j] = PhiloxDraw<float>::uniform(b, 1);
         u0[2 * j + 1] = PhiloxDraw<float>::uniform(b, 2);
@@ -413,10 +422,17 @@ struct cpu {
   static void philox_fill(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t stream,
                           std::uint64_t block, Draw draw) {
     constexpr int per = PhiloxDraw<T>::per_block;
-    for (std::int64_t i = 0; i < n; i += per) {
-      const PhiloxBlock b =
-          philox4x32_10(seed, block + static_cast<std::uint64_t>(i / per), stream);
-      for (int lane = 0; lane < per && i + lane < n; ++lane) y[i + lane] = draw(b, lane);
+    constexpr std::int64_t chunk = 256;  // blocks per pass, so they stay in L1
+    std::array<PhiloxBlock, chunk> blocks;
+    for (std::int64_t first = 0; first * per < n; first += chunk) {
+      const std::int64_t count = std::min(chunk, (n - first * per + per - 1) / per);
+      philox4x32_10_blocks(seed, block + static_cast<std::uint64_t>(first), stream, count,
+                           blocks.data());
+      for (std::int64_t j = 0; j < count; ++j) {
+        const std::int64_t i = (first + j) * per;
+        for (int lane = 0; lane < per && i + lane < n; ++lane)
+          y[i + lane] = draw(blocks[static_cast<std::size_t>(j)], lane);
+      }
     }
   }
 };
