@@ -269,6 +269,27 @@ TEST_CASE(
   CHECK(back.inner_loop.for_evaluation().steps == 7);
 }
 
+// Each task's first inner-loop gradient norm: of its MSE on its support
+// points at `parameters`.
+template <class T>
+std::vector<double> first_inner_gradient_norms(const nn::Sequential& model,
+                                               const Tensor<T>& parameters,
+                                               const TaskBatch<T>& batch) {
+  Tape<T> tape;
+  const auto phi = per_task(tape.variable(parameters), model.layout(), batch.tasks());
+  const auto g = grad(task_loss(model, MseLoss{}, phi, tape.constant(batch.support_x),
+                                tape.constant(batch.support_y)),
+                      std::span<const Var<T>>(phi));
+  std::vector<double> norms(static_cast<std::size_t>(batch.tasks()), 0.0);
+  for (const auto& gi : g) {
+    const auto v = gi.value().to_vector();
+    const std::size_t row = v.size() / norms.size();
+    for (std::size_t i = 0; i < v.size(); ++i) norms[i / row] += double(v[i]) * v[i];
+  }
+  for (auto& n : norms) n = std::sqrt(n);
+  return norms;
+}
+
 TEST_CASE("a meta-gradient through clipped inner gradients matches central finite differences",
           "[maml][grad]") {
   const auto model =
@@ -281,22 +302,8 @@ TEST_CASE("a meta-gradient through clipped inner gradients matches central finit
   Maml<nn::Sequential, MseLoss, double> plain(model, MseLoss{}, unclipped, init);
   // The bound: the median of the tasks' first inner-gradient norms, so that
   // the clip binds for some tasks and not for others.
-  std::vector<double> norms;
-  {
-    Tape<double> tape;
-    const auto phi = per_task(tape.variable(plain.parameters()), model.layout(), batch.tasks());
-    const auto g = grad(task_loss(model, MseLoss{}, phi, tape.constant(batch.support_x),
-                                  tape.constant(batch.support_y)),
-                        std::span<const Var<double>>(phi));
-    norms.assign(static_cast<std::size_t>(batch.tasks()), 0.0);
-    for (const auto& gi : g) {
-      const auto v = gi.value().to_vector();
-      const std::size_t row = v.size() / norms.size();
-      for (std::size_t i = 0; i < v.size(); ++i) norms[i / row] += v[i] * v[i];
-    }
-    for (auto& n : norms) n = std::sqrt(n);
-    std::sort(norms.begin(), norms.end());
-  }
+  auto norms = first_inner_gradient_norms(model, plain.parameters(), batch);
+  std::sort(norms.begin(), norms.end());
   const double bound = 0.5 * (norms[2] + norms[3]);
   INFO("task gradient norms from " << norms.front() << " to " << norms.back() << ", bound "
                                    << bound);
@@ -334,23 +341,10 @@ TEST_CASE("a clip that does not bind leaves the float meta-gradient bit for bit 
     return maml.meta_gradient(batch, draws).to_vector();
   };
   // The largest first inner-gradient norm over the tasks.
-  double largest = 0;
-  {
-    Generator init(3);
-    Maml<nn::Sequential, MseLoss> maml(model, MseLoss{}, {}, init);
-    Tape<float> tape;
-    const auto phi = per_task(tape.variable(maml.parameters()), model.layout(), batch.tasks());
-    const auto g = grad(task_loss(model, MseLoss{}, phi, tape.constant(batch.support_x),
-                                  tape.constant(batch.support_y)),
-                        std::span<const Var<float>>(phi));
-    std::vector<double> norms(static_cast<std::size_t>(batch.tasks()), 0.0);
-    for (const auto& gi : g) {
-      const auto v = gi.value().to_vector();
-      const std::size_t row = v.size() / norms.size();
-      for (std::size_t i = 0; i < v.size(); ++i) norms[i / row] += double(v[i]) * v[i];
-    }
-    largest = std::sqrt(*std::max_element(norms.begin(), norms.end()));
-  }
+  Generator start(3);
+  const Maml<nn::Sequential, MseLoss> at_start(model, MseLoss{}, {}, start);
+  const auto norms = first_inner_gradient_norms(model, at_start.parameters(), batch);
+  const double largest = *std::max_element(norms.begin(), norms.end());
   INFO("largest task gradient norm " << largest);
   const auto plain = meta_gradient(0);
   // Every task within half the bound (the clip is not recorded on the CPU),
