@@ -2,7 +2,9 @@
 // workloads of benchmarks/README.md, and of MAML on conv4. The same workloads run in PyTorch and
 // JAX in benchmarks/peers/ for side-by-side ratios. Every learner takes one
 // chunk of tasks per thread (one_chunk_per_thread), the cut benchmarks/README.md's
-// figures were measured with; the default cut's cost is in README.md.
+// figures were measured with; the default cut's cost is in README.md. Each
+// reports the process's peak resident memory beside its time (run one
+// benchmark per process for a clean figure).
 #include <benchmark/benchmark.h>
 
 #include "conv_workloads.hpp"
@@ -26,6 +28,7 @@ nn::Sequential paper_network() {
 }
 
 void maml_sinusoid(benchmark::State& state) {
+  memory::reset_peak_resident();
   Generator gen(1);
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{},
                                      {.inner_loop = {.steps = 5, .learning_rate = 0.01},
@@ -35,11 +38,13 @@ void maml_sinusoid(benchmark::State& state) {
   const auto batch = sampler().sample(tasks, gen);
   for (auto _ : state) benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
   state.SetLabel(state.range(0) ? "first order" : "second order");
+  state.counters["peak_resident_MB"] = static_cast<double>(memory::peak_resident_bytes()) / 1e6;
 }
 BENCHMARK(maml_sinusoid)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 template <nn::Sequential (*Network)()>
 void platipus_sinusoid(benchmark::State& state) {
+  memory::reset_peak_resident();
   Generator gen(2);
   Platipus<nn::Sequential, MseLoss> model(Network(), MseLoss{},
                                           {.inner_loop = {.steps = 5, .learning_rate = 0.01},
@@ -47,6 +52,7 @@ void platipus_sinusoid(benchmark::State& state) {
                                           gen);
   const auto batch = sampler().sample(tasks, gen);
   for (auto _ : state) benchmark::DoNotOptimize(model.meta_train_step(batch, gen));
+  state.counters["peak_resident_MB"] = static_cast<double>(memory::peak_resident_bytes()) / 1e6;
 }
 BENCHMARK(platipus_sinusoid<small_network>)
     ->Name("platipus_sinusoid/1-40-40-1")

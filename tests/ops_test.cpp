@@ -164,6 +164,17 @@ TEST_CASE("matmul passes checks batched, broadcast and transposed", "[ops]") {
     check_derivatives([](auto x) { return tanh(linear(x[0], x[1], x[2])); },
                       list(normal({3, 2}, 63), normal({2, 2, 4}, 64), normal({2, 4}, 65)));
   }
+  SECTION("linear with an activation, as one op") {
+    for (auto a : {Activation::relu, Activation::tanh, Activation::sigmoid}) {
+      INFO("activation " << static_cast<int>(a));
+      // relu's kink kept away: inputs and weights of one sign, a negative bias.
+      const bool kink = a == Activation::relu;
+      check_derivatives([a](auto x) { return linear(x[0], x[1], x[2], a) * x[0]; },
+                        list(kink ? positive({2, 3, 3}, 68) : normal({2, 3, 3}, 68),
+                             kink ? positive({2, 3, 3}, 69) : normal({2, 3, 3}, 69),
+                             normal({2, 3}, 70, kink ? -2.0 : 0.0)));
+    }
+  }
   SECTION("batch broadcast on both sides") {
     check_derivatives([](auto x) { return matmul(x[0], x[1]); },
                       list(normal({2, 1, 2, 3}, 22), normal({3, 3, 2}, 23)));
@@ -171,6 +182,37 @@ TEST_CASE("matmul passes checks batched, broadcast and transposed", "[ops]") {
   SECTION("second order through a product of the op with itself") {
     check_derivatives([](auto x) { return matmul(tanh(matmul(x[0], x[1])), x[1], false, true); },
                       list(normal({2, 3}, 24), normal({3, 3}, 25)));
+  }
+}
+
+TEST_CASE("linear with an activation computes the bits of linear and the activation apart",
+          "[ops]") {
+  // Values, gradients and the gradients of a function of the gradients (a
+  // second-order sweep), in float, where a different order of the same sums
+  // would show.
+  using F = Var<float>;
+  Generator gen(71);
+  const auto x0 = raw::normal<float>({2, 5, 4}, gen), w0 = raw::normal<float>({2, 4, 6}, gen),
+             b0 = raw::normal<float>({2, 6}, gen), r0 = raw::normal<float>({2, 5, 6}, gen);
+  for (auto a : {Activation::none, Activation::relu, Activation::tanh, Activation::sigmoid}) {
+    INFO("activation " << static_cast<int>(a));
+    const auto sweep = [&](bool fused) {
+      Tape<float> tape;
+      const F x = tape.variable(x0.clone()), w = tape.variable(w0.clone()),
+              b = tape.variable(b0.clone()), r = tape.constant(r0.clone());
+      const F y = fused ? linear(x, w, b, a) : activate(a, linear(x, w, b));
+      const std::vector<F> inputs{x, w, b};
+      const auto g = grad(sum(mul(y, r)), std::span<const F>(inputs), {.create_graph = true});
+      F h = sum(square(g[0]));
+      for (std::size_t i = 1; i < g.size(); ++i) h = add(h, sum(square(g[i])));
+      std::vector<std::vector<float>> values{y.value().to_vector()};
+      for (const auto& v : g) values.push_back(v.value().to_vector());
+      // (The bias leaves no second derivative where the activation's is zero.)
+      for (const auto& v : grad(h, std::span<const F>(inputs), {.allow_unused = true}))
+        values.push_back(v.to_vector());
+      return values;
+    };
+    CHECK(sweep(true) == sweep(false));
   }
 }
 

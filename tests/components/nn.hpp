@@ -18,6 +18,40 @@ TEST_CASE("an mlp with one parameter vector computes relu(x W1 + b1) W2 + b2 ...
                                                   nn::Activation::relu)) < 1e-12);
 }
 
+TEST_CASE("Sequential runs a linear layer and its activation as one op, with the bits of the two",
+          "[components][nn]") {
+  const auto model = nn::mlp({.inputs = 2, .hidden = {5, 4}, .outputs = 3});
+  Generator gen(8);
+  const auto params = raw::normal<float>({3, model.layout().size()}, gen);
+  const auto x = raw::normal<float>({3, 6, 2}, gen);
+  // The output, its values on the tape and the gradient in the parameters.
+  const auto run = [&](bool fused) {
+    Tape<float> tape;
+    const auto p = tape.variable(params.clone());
+    const auto input = tape.constant(x.clone());
+    const std::size_t before = tape.values();
+    Var<float> y;
+    if (fused) {
+      y = model.forward(p, input);
+    } else {
+      const auto w = unflatten(p, model.layout().shapes());
+      y = input;
+      for (std::size_t layer = 0; layer < 3; ++layer) {
+        y = linear(y, w[2 * layer], w[2 * layer + 1]);
+        if (layer < 2) y = relu(y);
+      }
+    }
+    const std::size_t made = tape.values() - before;
+    const auto g = grad(sum(square(y)), std::span<const Var<float>>(&p, 1))[0];
+    return std::tuple{y.to_vector(), g.to_vector(), made};
+  };
+  const auto [y, g, made] = run(true);
+  const auto [y_apart, g_apart, made_apart] = run(false);
+  CHECK(y == y_apart);
+  CHECK(g == g_apart);
+  CHECK(made + 2 == made_apart);  // no value for either hidden layer's pre-activation
+}
+
 TEST_CASE("an mlp with per-task parameters [T, P] gives each task the output of its own row",
           "[components][nn]") {
   const auto model =

@@ -18,6 +18,8 @@
 
 namespace platipus::nn {
 
+using platipus::Activation;  // nn::Activation, as the settings name it
+
 namespace detail {
 
 // `shape` with the batch axes of a piece (its rank beyond `own_rank`) in front.
@@ -65,9 +67,16 @@ struct Linear {
 
   template <class T, class B>
   Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
+    return forward(pieces, x, Activation::none);
+  }
+  // With the activation of the layer after it, as one op (Sequential's
+  // forward fuses the two).
+  template <class T, class B>
+  Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x,
+                    Activation activation) const {
     check(x.dim(-1) == inputs, "Linear", "input {} has {} features, the layer expects {}",
           x.shape(), x.dim(-1), inputs);
-    return platipus::linear(x, pieces[weight], pieces[bias]);
+    return platipus::linear(x, pieces[weight], pieces[bias], activation);
   }
 };
 
@@ -212,23 +221,6 @@ struct Flatten {
     return reshape(x, flat);
   }
 };
-
-enum class Activation { none, relu, tanh, sigmoid };
-
-template <class T, class B>
-Var<T, B> activate(Activation a, const Var<T, B>& x) {
-  switch (a) {
-    case Activation::relu:
-      return relu(x);
-    case Activation::tanh:
-      return tanh(x);
-    case Activation::sigmoid:
-      return sigmoid(x);
-    case Activation::none:
-      break;
-  }
-  return x;
-}
 
 // An elementwise nonlinearity; no parameters.
 struct ActivationLayer {

@@ -74,7 +74,8 @@ class BasicSequential {
   // The activations between layers and each layer's temporaries are seen by
   // no one else: those that no backward rule reads are released as soon as
   // the next layer has run (all of them under NoGradGuard), so a forward
-  // pass keeps what the gradient needs and no more.
+  // pass keeps what the gradient needs and no more. A linear layer and the
+  // activation after it run as one op (linear's fused form, the same bits).
   template <class T, class B>
   Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
     check(pieces.size() == layout_.specs().size(), "Sequential::forward",
@@ -82,9 +83,16 @@ class BasicSequential {
     Tape<T, B>& tape = x.tape();
     const std::size_t first = tape.values();
     Var<T, B> h = x;
-    for (const auto& layer : layers_) {
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
       const std::size_t made = tape.values();
-      const Var<T, B> next = std::visit([&](const auto& l) { return l.forward(pieces, h); }, layer);
+      const auto* linear = std::get_if<Linear>(&layers_[i]);
+      const auto* after =
+          i + 1 < layers_.size() ? std::get_if<ActivationLayer>(&layers_[i + 1]) : nullptr;
+      const Var<T, B> next =
+          linear && after
+              ? linear->forward(pieces, h, after->activation)
+              : std::visit([&](const auto& l) { return l.forward(pieces, h); }, layers_[i]);
+      if (linear && after) ++i;
       tape.release_since(made, std::span<const Var<T, B>>(&next, 1));
       if (h.record()->id >= first && !(h == next)) tape.release(h.record());
       h = next;

@@ -1,4 +1,4 @@
-// relu, sigmoid, tanh, softplus.
+// relu, sigmoid, tanh, softplus, and Activation: the ones a layer applies.
 #pragma once
 
 #include "platipus/autodiff/ops/power.hpp"
@@ -26,20 +26,38 @@ Var<T, B> relu(const Var<T, B>& x) {
       [](Backward<T, B>& c) { c.set(0, relu_backward(c.grad(), c.input(0))); }, saves_inputs);
 }
 
-// sigmoid' = s (1 - s), written with the output s.
+// The activations a layer applies (nn::Sequential, and linear's fused form
+// in autodiff/ops/linear.hpp); `none` is the identity.
+enum class Activation { none, relu, tanh, sigmoid };
+
+// The gradient g through y = activation(z), written with the output y alone:
+// relu's mask y > 0 is z > 0's, sigmoid' = y (1 - y), tanh' = 1 - y^2.
+template <class T, class B>
+Var<T, B> activation_backward(Activation a, const Var<T, B>& g, const Var<T, B>& y) {
+  switch (a) {
+    case Activation::relu:
+      return relu_backward(g, y);
+    case Activation::sigmoid:
+      return mul(g, sub(y, square(y)));
+    case Activation::tanh:
+      return mul(g, shift(neg(square(y)), T(1)));
+    case Activation::none:
+      break;
+  }
+  return g;
+}
+
 template <class T, class B>
 Var<T, B> sigmoid(const Var<T, B>& x) {
   return record("sigmoid", {x}, raw::map(UnaryOp::sigmoid, x.value()), [](Backward<T, B>& c) {
-    const auto s = c.output();
-    c.set(0, mul(c.grad(), sub(s, square(s))));
+    c.set(0, activation_backward(Activation::sigmoid, c.grad(), c.output()));
   });
 }
 
-// tanh' = 1 - t^2, written with the output t.
 template <class T, class B>
 Var<T, B> tanh(const Var<T, B>& x) {
   return record("tanh", {x}, raw::map(UnaryOp::tanh, x.value()), [](Backward<T, B>& c) {
-    c.set(0, mul(c.grad(), shift(neg(square(c.output())), T(1))));
+    c.set(0, activation_backward(Activation::tanh, c.grad(), c.output()));
   });
 }
 
@@ -48,6 +66,21 @@ template <class T, class B>
 Var<T, B> softplus(const Var<T, B>& x) {
   return record("softplus", {x}, raw::map(UnaryOp::softplus, x.value()),
                 [](Backward<T, B>& c) { c.set(0, mul(c.grad(), sigmoid(c.input(0)))); });
+}
+
+template <class T, class B>
+Var<T, B> activate(Activation a, const Var<T, B>& x) {
+  switch (a) {
+    case Activation::relu:
+      return relu(x);
+    case Activation::tanh:
+      return tanh(x);
+    case Activation::sigmoid:
+      return sigmoid(x);
+    case Activation::none:
+      break;
+  }
+  return x;
 }
 
 }  // namespace platipus

@@ -1,26 +1,60 @@
 // linear(x, w, b) = x w + b: a batched matmul with a bias broadcast along the
 // rows, computed by one GEMM over the bias (beta = 1). Its backward uses the
 // matmul and sum_to ops, so it closes under differentiation like matmul.
+//
+// linear(x, w, b, activation) = activation(x w + b), an MLP's hidden layer,
+// as one op: the activation runs in place on the product, and the rule
+// takes the activation's derivative from the output (activation_backward),
+// then linear's. It computes the bits of linear followed by the activation
+// with one recorded op and one value fewer per layer.
 #pragma once
 
+#include "platipus/autodiff/ops/activations.hpp"
 #include "platipus/autodiff/ops/matmul.hpp"
 
 namespace platipus {
 
+namespace detail {
+
+// The gradients of x w + b (inputs 0, 1, 2 of a node) given its gradient g.
+template <class T, class B>
+void linear_backward(Backward<T, B>& c, const Var<T, B>& g) {
+  matmul_backward(c, g, false, false);
+  if (c.needs(2)) {
+    const auto& b = c.input(2);
+    Shape row = b.shape().take_front(b.rank() - 1);
+    row.push_back(1);
+    row.push_back(b.dim(-1));
+    c.set(2, reshape(sum_to(g, row), b.shape()));
+  }
+}
+
+}  // namespace detail
+
 // x [..., N, in], w [batch..., in, out], b [batch..., out].
 template <class T, class B>
 Var<T, B> linear(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b) {
-  return record("linear", {x, w, b}, raw::linear(x.value(), w.value(), b.value()),
-                [](Backward<T, B>& c) {
-                  detail::matmul_backward(c, false, false);
-                  if (c.needs(2)) {
-                    const auto& b = c.input(2);
-                    Shape row = b.shape().take_front(b.rank() - 1);
-                    row.push_back(1);
-                    row.push_back(b.dim(-1));
-                    c.set(2, reshape(sum_to(c.grad(), row), b.shape()));
-                  }
-                });
+  return record(
+      "linear", {x, w, b}, raw::linear(x.value(), w.value(), b.value()),
+      [](Backward<T, B>& c) { detail::linear_backward(c, c.grad()); },
+      Saved{.inputs = 0b011, .outputs = false});
+}
+
+template <class T, class B>
+Var<T, B> linear(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b,
+                 Activation activation) {
+  if (activation == Activation::none) return linear(x, w, b);
+  Tensor<T, B> y = raw::linear(x.value(), w.value(), b.value());
+  const UnaryOp op = activation == Activation::relu   ? UnaryOp::relu
+                     : activation == Activation::tanh ? UnaryOp::tanh
+                                                      : UnaryOp::sigmoid;
+  B::unary(op, y.data(), y.data(), y.numel(), T(0));
+  return record(
+      "linear_activation", {x, w, b}, std::move(y),
+      [activation](Backward<T, B>& c) {
+        detail::linear_backward(c, activation_backward(activation, c.grad(), c.output()));
+      },
+      Saved{.inputs = 0b011, .outputs = true});
 }
 
 }  // namespace platipus

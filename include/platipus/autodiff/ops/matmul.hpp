@@ -13,14 +13,14 @@ Var<T, B> matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a = false,
 
 namespace detail {
 
-// Gradients of C = op(A) op(B) for inputs 0 (A) and 1 (B) of a node
-// (op(A) = A^T when trans_a, and so on):
+// Gradients of C = op(A) op(B) for inputs 0 (A) and 1 (B) of a node, given
+// C's gradient G (op(A) = A^T when trans_a, and so on):
 //   dA = G op(B)^T, or op(B) G^T when trans_a
 //   dB = op(A)^T G, or G^T op(A) when trans_b
 // each summed over the batch axes that A or B were broadcast along.
 template <class T, class B>
-void matmul_backward(Backward<T, B>& c, bool trans_a, bool trans_b) {
-  const auto g = c.grad(), x = c.input(0), w = c.input(1);
+void matmul_backward(Backward<T, B>& c, const Var<T, B>& g, bool trans_a, bool trans_b) {
+  const auto x = c.input(0), w = c.input(1);
   if (c.needs(0)) {
     auto da = trans_a ? matmul(w, g, trans_b, true) : matmul(g, w, false, !trans_b);
     c.set(0, sum_to(da, x.shape()));
@@ -43,9 +43,10 @@ void matmul_backward(Backward<T, B>& c, bool trans_a, bool trans_b) {
 // C = op(A) op(B), op a transpose of the last two axes when asked.
 template <class T, class B>
 Var<T, B> matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a, bool trans_b) {
-  return record(
-      "matmul", {a, b}, raw::matmul(a.value(), b.value(), trans_a, trans_b),
-      [trans_a, trans_b](Backward<T, B>& c) { detail::matmul_backward(c, trans_a, trans_b); });
+  return record("matmul", {a, b}, raw::matmul(a.value(), b.value(), trans_a, trans_b),
+                [trans_a, trans_b](Backward<T, B>& c) {
+                  detail::matmul_backward(c, c.grad(), trans_a, trans_b);
+                });
 }
 
 }  // namespace platipus
