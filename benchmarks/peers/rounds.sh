@@ -1,7 +1,8 @@
 # Shell functions for the scripts that time platipus beside its peers in
 # alternating rounds (mlp_comparison.sh, python_overhead.sh): sourced, with
 # BENCH, TORCH_PYTHON and JAX_PYTHON set (a Python may be empty: that peer
-# is skipped). Each function prints one JSON line of peers/meta_step.py's.
+# is skipped). Each function but summarize prints one measurement as a JSON
+# line of peers/meta_step.py's kind.
 peer=benchmarks/peers/meta_step.py
 lines=$(mktemp)  # the JSON lines of every round, for summarize
 trap 'rm -f "$lines"' EXIT
