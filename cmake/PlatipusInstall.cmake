@@ -28,6 +28,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/platipusConfigVersi
   COMPATIBILITY SameMinorVersion ${platipus_architecture})
 install(FILES
   cmake/FindStb.cmake
+  cmake/FindLibxsmm.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/platipusConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/platipusConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/platipus)

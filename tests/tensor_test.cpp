@@ -1,11 +1,14 @@
 // Tensor, the CPU backend's raw kernels, and the Philox generator.
 #include "catch.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "platipus/backend/block_cache.hpp"
+#include "platipus/backend/cpu/cpu.hpp"
 #include "platipus/tensor/elementwise.hpp"
 #include "platipus/tensor/index.hpp"
 #include "platipus/tensor/layout.hpp"
@@ -228,6 +231,83 @@ TEST_CASE("batched matmul matches a naive product with transposes and broadcasti
     }
   CHECK_THROWS_WITH(raw::matmul(T::zeros({2, 3}), T::zeros({4, 5})),
                     Contains("matmul") && Contains("[2, 3]") && Contains("[4, 5]"));
+}
+
+// cpu::gemm on the shapes a meta-step multiplies (10 points x 40 features,
+// columns, rank-one products), every transpose, beta 0 and 1, batches with a
+// shared operand, and one product too large for the small-matrix path
+// (backend/cpu/small_gemm.hpp), against sums in double.
+template <class V>
+void check_gemm_against_naive_sums() {
+  Generator gen(11);
+  struct Dims {
+    std::int64_t m, n, k;
+  };
+  for (const Dims d :
+       {Dims{10, 40, 40}, Dims{40, 40, 10}, Dims{40, 1, 10}, Dims{10, 1, 40}, Dims{10, 40, 1},
+        Dims{1, 40, 10}, Dims{1, 1, 5}, Dims{3, 7, 5}, Dims{300, 260, 240}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const V beta : {V(0), V(1)})
+          for (const int shared : {0, 1, 2}) {  // none, A, B
+            const std::int64_t batch = d.m * d.n * d.k > 1000000 ? 1 : 3;
+            GemmLayout<V> g{.trans_a = ta,
+                            .trans_b = tb,
+                            .m = d.m,
+                            .n = d.n,
+                            .k = d.k,
+                            .batch = batch,
+                            .stride_a = shared == 1 ? 0 : d.m * d.k,
+                            .stride_b = shared == 2 ? 0 : d.k * d.n,
+                            .stride_c = d.m * d.n,
+                            .beta = beta};
+            const auto a = raw::normal<V>({batch, d.m * d.k}, gen).to_vector();
+            const auto b = raw::normal<V>({batch, d.k * d.n}, gen).to_vector();
+            const auto c0 = raw::normal<V>({batch, d.m * d.n}, gen).to_vector();
+            auto c = c0;
+            cpu::gemm(g, a.data(), b.data(), c.data());
+            double worst = 0;
+            for (std::int64_t p = 0; p < batch; ++p)
+              for (std::int64_t i = 0; i < d.m; ++i)
+                for (std::int64_t j = 0; j < d.n; ++j) {
+                  const auto at = [&](std::int64_t r, std::int64_t col) {
+                    return static_cast<std::size_t>(r * d.n + col + p * g.stride_c);
+                  };
+                  double sum = beta == V(1) ? double(c0[at(i, j)]) : 0.0, scale = std::abs(sum);
+                  for (std::int64_t q = 0; q < d.k; ++q) {
+                    const double x = a[static_cast<std::size_t>(p * g.stride_a +
+                                                                (ta ? q * d.m + i : i * d.k + q))],
+                                 y = b[static_cast<std::size_t>(p * g.stride_b +
+                                                                (tb ? j * d.k + q : q * d.n + j))];
+                    sum += x * y;
+                    scale += std::abs(x * y);
+                  }
+                  worst = std::max(worst, std::abs(double(c[at(i, j)]) - sum) / (scale + 1e-30));
+                }
+            INFO(d.m << " x " << d.n << " x " << d.k << " trans " << ta << tb << " beta " << beta
+                     << " shared " << shared);
+            // The rounding bound of a k-term sum, relative to the sum of |terms|.
+            CHECK(worst < double(d.k + 2) * std::numeric_limits<V>::epsilon());
+          }
+}
+
+TEST_CASE("cpu::gemm matches sums in double on meta-step shapes, float and double", "[tensor]") {
+  check_gemm_against_naive_sums<float>();
+  check_gemm_against_naive_sums<double>();
+}
+
+TEST_CASE("the small-matrix path takes the products it is for", "[tensor]") {
+  std::vector<float> a(10 * 40, 1.0f), b(40 * 40, 1.0f), c(10 * 40);
+  GemmLayout<float> g{.m = 10, .n = 40, .k = 40};
+  GemmLayout<float> scaled = g;
+  scaled.alpha = 2;
+  CHECK_FALSE(detail::cpu_small_gemm::small_gemm(scaled, a.data(), b.data(), c.data()));
+#ifdef PLATIPUS_HAVE_LIBXSMM
+  REQUIRE(detail::cpu_small_gemm::small_gemm(g, a.data(), b.data(), c.data()));
+  CHECK(c == std::vector<float>(10 * 40, 40.0f));
+#else
+  CHECK_FALSE(detail::cpu_small_gemm::small_gemm(g, a.data(), b.data(), c.data()));
+#endif
 }
 
 TEST_CASE("a batch times a shared matrix equals per-item products", "[tensor]") {

@@ -1,6 +1,6 @@
 // platipus::cpu, the Eigen backend: contiguous loops that the compiler
 // vectorises, Eigen's vectorised exp/log/tanh/sqrt, and Eigen matrix products
-// for GEMM.
+// for GEMM (libxsmm's kernels for the small ones, small_gemm.hpp).
 #pragma once
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "platipus/backend/concept.hpp"
 #include "platipus/backend/cpu/convolution.hpp"
 #include "platipus/backend/cpu/normalization.hpp"
+#include "platipus/backend/cpu/small_gemm.hpp"
 #include "platipus/core/philox.hpp"
 
 namespace platipus {
@@ -139,7 +140,9 @@ struct cpu {
       const T* s = src + os;
       T* d = dst + od;
       if (ss == 1 && sd == 1) {
-        std::copy(s, s + inner, d);
+        // Eigen's packet loop: a call to memmove costs more than a short row.
+        using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
+        Eigen::Map<Row>(d, inner) = Eigen::Map<const Row>(s, inner);
       } else {
         for (std::int64_t i = 0; i < inner; ++i) d[i * sd] = s[i * ss];
       }
@@ -149,6 +152,7 @@ struct cpu {
   // ---- GEMM ----
   template <class T>
   static void gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c) {
+    if (detail::cpu_small_gemm::small_gemm(g, a, b, c)) return;
     using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     const auto a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
     const auto b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
