@@ -133,10 +133,7 @@ struct cpu {
     }
     const int last = l.rank - 1;
     const std::int64_t inner = l.dims[last], ss = l.stride_src[last], sd = l.stride_dst[last];
-    for_each_row(l.rank, l.dims, [&](const Strides& index) {
-      std::int64_t os = 0, od = 0;
-      for (int a = 0; a < last; ++a)
-        os += index[a] * l.stride_src[a], od += index[a] * l.stride_dst[a];
+    for_each_row(l.rank, l.dims, l.stride_src, l.stride_dst, [&](auto os, auto od) {
       const T* s = src + os;
       T* d = dst + od;
       if (ss == 1 && sd == 1) {
@@ -284,16 +281,24 @@ struct cpu {
   static void raw_free(void* p) { ::operator delete (p, std::align_val_t{alignment}); }
   using Cache = detail::BlockCache<&raw_allocate, &raw_free>;
 
-  // Calls f(index) for every multi-index over all axes but the last.
+  // Calls f(offset0, offset1) for every row (every multi-index over all axes
+  // but the last): the offsets of its first element under strides s0 and s1,
+  // kept as running sums, which a short row would otherwise spend longer
+  // recomputing than copying.
   template <class F>
-  static void for_each_row(int rank, const Strides& dims, F&& f) {
+  static void for_each_row(int rank, const Strides& dims, const Strides& s0, const Strides& s1,
+                           F&& f) {
     Strides index{};
-    std::int64_t rows = 1;
+    std::int64_t rows = 1, o0 = 0, o1 = 0;
     for (int a = 0; a + 1 < rank; ++a) rows *= dims[a];
     for (std::int64_t r = 0; r < rows; ++r) {
-      f(index);
+      f(o0, o1);
       for (int a = rank - 2; a >= 0; --a) {
+        o0 += s0[a];
+        o1 += s1[a];
         if (++index[a] < dims[a]) break;
+        o0 -= dims[a] * s0[a];
+        o1 -= dims[a] * s1[a];
         index[a] = 0;
       }
     }
@@ -307,10 +312,7 @@ struct cpu {
     }
     const int last = l.rank - 1;
     const std::int64_t inner = l.dims[last], sa = l.stride_a[last], sb = l.stride_b[last];
-    for_each_row(l.rank, l.dims, [&](const Strides& index) {
-      std::int64_t oa = 0, ob = 0;
-      for (int ax = 0; ax < last; ++ax)
-        oa += index[ax] * l.stride_a[ax], ob += index[ax] * l.stride_b[ax];
+    for_each_row(l.rank, l.dims, l.stride_a, l.stride_b, [&](auto oa, auto ob) {
       const T* pa = a + oa;
       const T* pb = b + ob;
       // The inner loop specialised on the common stride pairs, so that it vectorises.
@@ -338,15 +340,13 @@ struct cpu {
     }
     const int last = l.rank - 1;
     const std::int64_t inner = l.dims[last], so = l.stride_out[last];
-    const auto output = [&](const Strides& index) {
-      std::int64_t oo = 0;
-      for (int a = 0; a < last; ++a) oo += index[a] * l.stride_out[a];
-      return y + oo;
-    };
     if (so != 0) {
-      for_each_row(l.rank, l.dims, [&](const Strides& index) {
-        T* out = output(index);
-        for (std::int64_t i = 0; i < inner; ++i) out[i * so] = combine(out[i * so], x[i]);
+      for_each_row(l.rank, l.dims, l.stride_out, l.stride_out, [&](auto oo, auto) {
+        T* out = y + oo;
+        if (so == 1)  // specialised, so that it vectorises
+          for (std::int64_t i = 0; i < inner; ++i) out[i] = combine(out[i], x[i]);
+        else
+          for (std::int64_t i = 0; i < inner; ++i) out[i * so] = combine(out[i * so], x[i]);
         x += inner;
       });
       return;
@@ -376,8 +376,8 @@ struct cpu {
       }
       pending = 0;
     };
-    for_each_row(l.rank, l.dims, [&](const Strides& index) {
-      T* out = output(index);
+    for_each_row(l.rank, l.dims, l.stride_out, l.stride_out, [&](auto oo, auto) {
+      T* out = y + oo;
       if (pending == lanes ||
           std::find(outs.begin(), outs.begin() + pending, out) != outs.begin() + pending)
         flush();

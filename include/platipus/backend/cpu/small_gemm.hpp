@@ -60,13 +60,15 @@ bool small_gemm([[maybe_unused]] GemmLayout<T> g, [[maybe_unused]] const T* a,
     const libxsmm_blasint lda = m, ldb = g.trans_a ? n : k, ldc = m;
     const int flags = g.trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
     const T alpha = 1, beta = g.beta;
+    // A batch's kernel calls prefetch the next matrices.
+    const int prefetch = g.batch > 1 ? LIBXSMM_PREFETCH_AUTO : LIBXSMM_PREFETCH_NONE;
     static const bool initialised = (libxsmm_init(), true);
     (void)initialised;
     const auto kernel = [&] {
       if constexpr (std::is_same_v<T, float>)
-        return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
+        return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
       else
-        return libxsmm_dmmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
+        return libxsmm_dmmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
     }();
     if (!kernel) return false;
     thread_local std::vector<T> transposed_b;
@@ -75,7 +77,9 @@ bool small_gemm([[maybe_unused]] GemmLayout<T> g, [[maybe_unused]] const T* a,
       const T* bi = b + i * g.stride_b;
       if (g.trans_b && (i == 0 || g.stride_b != 0))  // B is stored n x k, read as k x n
         libxsmm_otrans(transposed_b.data(), bi, sizeof(T), k, m, k, m);
-      kernel(g.trans_b ? transposed_b.data() : bi, a + i * g.stride_a, c + i * g.stride_c);
+      const std::int64_t next = i + 1 < g.batch ? i + 1 : i;
+      kernel(g.trans_b ? transposed_b.data() : bi, a + i * g.stride_a, c + i * g.stride_c,
+             b + next * g.stride_b, a + next * g.stride_a, c + next * g.stride_c);
     }
     return true;
   }
