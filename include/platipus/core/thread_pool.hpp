@@ -1,11 +1,16 @@
 // A small fixed pool of worker threads for coarse-grained parallel work
 // (chunks of a meta-batch's tasks). The calling thread takes part, so a pool
 // of size 1 runs everything inline. Workers persist, which keeps their
-// thread-local buffer caches warm between calls.
+// thread-local buffer caches warm between calls. A thread that waits (a worker
+// for the next job, the caller for the workers) spins for up to `spin` before
+// it sleeps on a condition variable, as OpenMP runtimes do: a meta-step of an
+// MLP is a fraction of a millisecond, and a sleeping thread takes tens of
+// microseconds to wake.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -49,10 +54,11 @@ class ThreadPool {
     {
       std::lock_guard lock(mutex_);
       job_ = &job;
-      ++generation_;
+      published_.store(++generation_);
     }
     wake_.notify_all();
     drain(job);
+    spin_until([&] { return job.finished.load() >= count && job.active.load() == 0; });
     std::unique_lock lock(mutex_);
     // Workers join a job only under the lock and leave it under the lock, so
     // once none is active and the job is withdrawn, none can touch it again.
@@ -66,8 +72,8 @@ class ThreadPool {
     Job(const std::function<void(int)>* work, int n) : f(work), count(n) {}
     const std::function<void(int)>* f;
     int count;
-    std::atomic<int> next{0};
-    int active = 0;  // workers inside drain(), guarded by mutex_
+    std::atomic<int> next{0}, finished{0};
+    std::atomic<int> active{0};  // workers inside drain(), changed under mutex_
     std::exception_ptr error;
   };
 
@@ -75,6 +81,7 @@ class ThreadPool {
     std::uint64_t seen = 0;
     for (;;) {
       Job* job = nullptr;
+      spin_until([&] { return published_.load() != seen; });
       {
         std::unique_lock lock(mutex_);
         wake_.wait(lock, [&] { return stopping_ || (job_ != nullptr && generation_ != seen); });
@@ -103,6 +110,21 @@ class ThreadPool {
         std::lock_guard lock(mutex_);
         if (!job.error) job.error = std::current_exception();
       }
+      job.finished.fetch_add(1);
+    }
+  }
+
+  // Returns when ready() holds or `spin` has passed, whichever is first; the
+  // caller then waits under the lock for what it spun for.
+  template <class Ready>
+  static void spin_until(Ready ready) {
+    constexpr auto spin = std::chrono::microseconds(200);
+    const auto until = std::chrono::steady_clock::now() + spin;
+    for (int i = 0; !ready(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      if (i % 64 == 63 && std::chrono::steady_clock::now() > until) return;
     }
   }
 
@@ -111,6 +133,7 @@ class ThreadPool {
   std::condition_variable wake_, done_;
   Job* job_ = nullptr;
   std::uint64_t generation_ = 0;
+  std::atomic<std::uint64_t> published_{0};  // generation_, read while spinning
   bool stopping_ = false;
 };
 
