@@ -1,10 +1,8 @@
 // The products of an MLP meta-step on one chunk of 13 tasks (10 points, 40
 // features): X W, dY W^T and X^T dY, through cpu::gemm (libxsmm's kernels
-// where the build has them, backend/cpu/small_gemm.hpp) and through Eigen's
-// product directly, the path a build without libxsmm takes.
+// where the build has them, backend/cpu/small_gemm.hpp) and through
+// cpu::eigen_gemm, the path a build without libxsmm takes.
 #include <benchmark/benchmark.h>
-
-#include <Eigen/Core>
 
 #include "platipus/platipus.hpp"
 
@@ -29,22 +27,11 @@ void small_gemm(benchmark::State& state) {
   const auto a = raw::normal<float>({tasks, g.m * g.k}, gen);
   const auto b = raw::normal<float>({tasks, g.k * g.n}, gen);
   auto c = Tensor<float>::zeros({tasks, g.m * g.n});
-  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   for (auto _ : state) {
-    if (state.range(1) == 0) {
+    if (state.range(1) == 0)
       cpu::gemm(g, a.data(), b.data(), c.data());
-    } else {
-      for (std::int64_t i = 0; i < tasks; ++i) {
-        Eigen::Map<const Matrix> A(a.data() + i * g.stride_a, product == 2 ? g.k : g.m,
-                                   product == 2 ? g.m : g.k);
-        Eigen::Map<const Matrix> B(b.data() + i * g.stride_b, product == 1 ? g.n : g.k,
-                                   product == 1 ? g.k : g.n);
-        Eigen::Map<Matrix> C(c.data() + i * g.stride_c, g.m, g.n);
-        if (product == 0) C.noalias() = A * B;
-        if (product == 1) C.noalias() = A * B.transpose();
-        if (product == 2) C.noalias() = A.transpose() * B;
-      }
-    }
+    else
+      cpu::eigen_gemm(g, a.data(), b.data(), c.data());
     benchmark::DoNotOptimize(c.data());
   }
   state.SetLabel(std::string{product == 0   ? "X W"

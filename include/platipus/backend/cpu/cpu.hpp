@@ -149,7 +149,12 @@ struct cpu {
   // ---- GEMM ----
   template <class T>
   static void gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c) {
-    if (detail::cpu_small_gemm::small_gemm(g, a, b, c)) return;
+    if (!detail::cpu_small_gemm::small_gemm(g, a, b, c)) eigen_gemm(g, a, b, c);
+  }
+  // Eigen's product for each matrix of the batch: the products small_gemm
+  // does not take, and every product of a build without libxsmm.
+  template <class T>
+  static void eigen_gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c) {
     using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     const auto a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
     const auto b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
