@@ -222,6 +222,7 @@ inline int few_shot_main(const FewShotProgram& p, FewShotOptions o, int argc, ch
         o.inner_loop.evaluation_steps.value_or(o.inner_loop.steps));
     print_episode_scores(results);
     fmt::print("wrote {}/results.json{}\n", out, eval_only ? "" : ", train.jsonl, train.csv");
+    if (!eval_only) run.plot("few_shot", dir);
     return 0;
   } catch (...) {
     return report_failure(p.name);
