@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "platipus/backend/counting.hpp"
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/training_run.hpp"
 #include "platipus/platipus.hpp"

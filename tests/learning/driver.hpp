@@ -77,6 +77,48 @@ TEST_CASE("learners say what stops their meta-step from being recorded", "[maml]
   CHECK(ramped.replay_obstacle().empty());  // the ramp is over: beta is constant from here
 }
 
+TEST_CASE("a counting backend counts each kernel by name and changes no bit", "[maml][backend]") {
+  using counted = CountingBackend<cpu>;
+  const auto a = Tensor<double, counted>::full({2, 3}, 0.5);
+  const auto b = Tensor<double, counted>::full({1, 3}, 2.0);
+  counted::reset();
+  const auto c = raw::map(UnaryOp::exp, raw::map(BinaryOp::mul, a, b, "mul"));
+  CHECK(c.to<cpu>().to_vector() == std::vector<double>(6, std::exp(1.0)));
+  KernelCalls calls = counted::calls();
+  CHECK(calls["binary mul"] == 1);
+  CHECK(calls["unary exp"] == 1);
+  CHECK(calls.total() == 3);  // and the copy to the host
+  CHECK(calls["copy_to_host"] == 1);
+
+  // A meta-step as the CUDA backend cuts it (one chunk, one thread), on
+  // counted and on plain cpu: the same bits, and the same kernels every step.
+  Generator data(23);
+  const auto host = Sampler({.support = 5, .query = 5}).sample(4, data);
+  const TaskBatch<float, counted> batch{host.support_x.to<counted>(), host.support_y.to<counted>(),
+                                        host.query_x.to<counted>(), host.query_y.to<counted>()};
+  const MamlSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.01},
+                              .driver = {.threads = 1, .task_chunks = 1}};
+  Generator gen(24), counted_gen(24);
+  Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, settings, gen);
+  Maml<nn::Sequential, MseLoss, float, counted> counting(small_network(), MseLoss{}, settings,
+                                                         counted_gen);
+  std::vector<std::uint64_t> per_step;
+  for (int step = 0; step < 3; ++step) {
+    const double loss = maml.meta_train_step(host, gen).query_loss;
+    counted::reset();
+    CHECK(counting.meta_train_step(batch, counted_gen).query_loss == loss);
+    calls = counted::calls();
+    per_step.push_back(calls.total());
+  }
+  CHECK(per_step[1] == per_step[2]);
+  CHECK(per_step[0] > per_step[1]);  // the first step also makes Adam's moments
+  const auto pieces = maml.state().size();
+  CHECK(calls["adam"] == pieces);
+  CHECK(calls["gemm"] > 0);
+  for (std::size_t i = 0; i < pieces; ++i)
+    CHECK(counting.state()[i].second->to<cpu>().to_vector() == maml.state()[i].second->to_vector());
+}
+
 TEST_CASE("meta-learners reject malformed task batches", "[maml][errors]") {
   Generator gen(10);
   Maml<nn::Sequential, MseLoss> maml(small_network(), MseLoss{}, {.driver = {.threads = 1}}, gen);

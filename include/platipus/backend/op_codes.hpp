@@ -51,6 +51,7 @@ namespace functors {
 // inlines the formula. `s` is the op's scalar argument (unused by most).
 #define PLATIPUS_UNARY(name, expr)                                                    \
   struct name {                                                                       \
+    static constexpr const char* label = #name;                                       \
     template <class T>                                                                \
     PLATIPUS_HD T operator()(T x, [[maybe_unused]] T s) const {                       \
       using std::exp, std::log, std::sqrt, std::tanh, std::abs, std::pow, std::log1p; \
@@ -78,12 +79,13 @@ PLATIPUS_UNARY(pow_scalar, pow(x, s))
 PLATIPUS_UNARY(greater_scalar, x > s ? T(1) : T(0))
 #undef PLATIPUS_UNARY
 
-#define PLATIPUS_BINARY(name, expr)            \
-  struct name {                                \
-    template <class T>                         \
-    PLATIPUS_HD T operator()(T a, T b) const { \
-      return expr;                             \
-    }                                          \
+#define PLATIPUS_BINARY(name, expr)             \
+  struct name {                                 \
+    static constexpr const char* label = #name; \
+    template <class T>                          \
+    PLATIPUS_HD T operator()(T a, T b) const {  \
+      return expr;                              \
+    }                                           \
   };
 PLATIPUS_BINARY(add, a + b)
 PLATIPUS_BINARY(sub, a - b)
@@ -143,6 +145,17 @@ PLATIPUS_HD decltype(auto) visit_binary(BinaryOp op, F&& f) {
 #undef PLATIPUS_CASE
   }
   return f(functors::add{});
+}
+
+// The op codes' names, as the functors spell them (messages, counts).
+inline const char* op_name(UnaryOp op) {
+  return visit_unary(op, [](auto f) { return decltype(f)::label; });
+}
+inline const char* op_name(BinaryOp op) {
+  return visit_binary(op, [](auto f) { return decltype(f)::label; });
+}
+inline const char* op_name(ReduceOp op) {
+  return op == ReduceOp::sum ? "sum" : "max";
 }
 
 }  // namespace platipus

@@ -1,0 +1,123 @@
+// Kernels per meta-step of the workloads that cuda_meta_step.cpp replays as
+// CUDA graphs, counted without a device: each learner on
+// CountingBackend<cpu> (backend/counting.hpp), which cuts the meta-batch as
+// platipus::cuda does (one chunk, one thread) and counts every backend call
+// of one meta-step, taken after a first step that also makes Adam's
+// moments. A replay's kernels_per_step on a device is this count plus the
+// launches that a call makes beyond one kernel (cuDNN's own transposes,
+// cuBLAS's split products); benchmarks/README.md puts the two side by side.
+//
+//   kernel_counts              every workload (the conv4 ones take seconds)
+//   kernel_counts maml         those whose name contains "maml"
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "conv_workloads.hpp"
+#include "platipus/backend/counting.hpp"
+#include "platipus/platipus.hpp"
+
+using namespace platipus;
+
+namespace {
+
+using counted = CountingBackend<cpu>;
+constexpr std::int64_t tasks = 25, points = 10;
+
+nn::Sequential small_network() {
+  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
+}
+nn::Sequential paper_network() {
+  return nn::mlp({.inputs = 1, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
+}
+
+// The calls of the learner's second meta-step on `batch`.
+template <class Learner>
+KernelCalls second_step(Learner& learner, const TaskBatch<float, counted>& batch, Generator& gen) {
+  learner.meta_train_step(batch, gen);
+  counted::reset();
+  learner.meta_train_step(batch, gen);
+  return counted::calls();
+}
+
+KernelCalls maml_sinusoid(bool first_order) {
+  Generator gen(1);
+  Maml<nn::Sequential, MseLoss, float, counted> maml(
+      small_network(), MseLoss{},
+      {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .first_order = first_order}, gen);
+  const auto batch = data::SinusoidLineSampler<float, counted>({.support = points, .query = points})
+                         .sample(tasks, gen);
+  return second_step(maml, batch, gen);
+}
+
+template <nn::Sequential (*Network)()>
+KernelCalls platipus_sinusoid() {
+  Generator gen(2);
+  Platipus<nn::Sequential, MseLoss, float, counted> model(
+      Network(), MseLoss{}, {.inner_loop = {.steps = 5, .learning_rate = 0.01}}, gen);
+  const auto batch = data::SinusoidLineSampler<float, counted>({.support = points, .query = points})
+                         .sample(tasks, gen);
+  return second_step(model, batch, gen);
+}
+
+template <const conv_workloads::Workload& W, bool BatchNorm>
+KernelCalls maml_conv4() {
+  Generator gen(3);
+  Maml<nn::Sequential, SoftmaxCrossEntropyLoss, float, counted> maml(
+      conv_workloads::network(W, BatchNorm), SoftmaxCrossEntropyLoss{}, conv_workloads::settings(0),
+      gen);
+  return second_step(maml, conv_workloads::batch<counted>(W, gen), gen);
+}
+
+KernelCalls platipus_conv4() {
+  Generator gen(4);
+  const auto maml = conv_workloads::settings(0);
+  Platipus<nn::Sequential, SoftmaxCrossEntropyLoss, float, counted> model(
+      conv_workloads::network(conv_workloads::miniimagenet), SoftmaxCrossEntropyLoss{},
+      {.inner_loop = maml.inner_loop, .driver = maml.driver}, gen);
+  return second_step(model, conv_workloads::batch<counted>(conv_workloads::miniimagenet, gen), gen);
+}
+
+// Byte copies are a graph's memcpy nodes, not kernels.
+bool is_copy(const std::string& name) {
+  return name.starts_with("copy");
+}
+
+void print(const std::string& workload, const KernelCalls& calls) {
+  std::vector<std::pair<std::string, std::uint64_t>> rows(calls.by_name.begin(),
+                                                          calls.by_name.end());
+  std::ranges::stable_sort(rows, std::greater{}, &std::pair<std::string, std::uint64_t>::second);
+  std::uint64_t kernels = 0, copies = 0;
+  for (const auto& [name, count] : rows) (is_copy(name) ? copies : kernels) += count;
+  fmt::print("{}: {} kernels and {} copies per meta-step\n", workload, kernels, copies);
+  for (const auto& [name, count] : rows) fmt::print("  {:>6}  {}\n", count, name);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string filter = argc > 1 ? argv[1] : "";
+  const std::vector<std::pair<std::string, std::function<KernelCalls()>>> workloads = {
+      {"maml_sinusoid/second_order",
+       [] {
+         return maml_sinusoid(false);
+       }},
+      {"maml_sinusoid/first_order",
+       [] {
+         return maml_sinusoid(true);
+       }},
+      {"platipus_sinusoid/1-40-40-1", platipus_sinusoid<small_network>},
+      {"platipus_sinusoid/paper_network", platipus_sinusoid<paper_network>},
+      {"maml_conv4/miniimagenet", maml_conv4<conv_workloads::miniimagenet, true>},
+      {"maml_conv4/omniglot", maml_conv4<conv_workloads::omniglot, true>},
+      {"maml_conv4_no_bn/miniimagenet", maml_conv4<conv_workloads::miniimagenet, false>},
+      {"maml_conv4_no_bn/omniglot", maml_conv4<conv_workloads::omniglot, false>},
+      {"platipus_conv4/miniimagenet", platipus_conv4},
+  };
+  for (const auto& [name, count] : workloads)
+    if (name.find(filter) != std::string::npos) print(name, count());
+}
