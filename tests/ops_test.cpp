@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "derivative_checks.hpp"
+#include "platipus/backend/counting.hpp"
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
@@ -107,6 +108,55 @@ TEST_CASE("arithmetic ops with broadcasting pass first and second order checks",
     check_derivatives([](auto x) { return (2.5 * x[0] - 1.0) * (x[0] / 4.0 + 3.0) * (1.0 - x[0]); },
                       list(normal({4}, 10)));
   }
+  SECTION("foreach_add_scaled and foreach_scale") {
+    check_derivatives(
+        [](auto x) {
+          const std::array<V, 2> a{x[0], x[1]}, b{x[0] * x[0], x[1] * x[0]};
+          const auto sums = foreach_add_scaled(std::span<const V>(a), std::span<const V>(b), -0.5);
+          const auto scaled = foreach_scale(std::span<const V>(sums), 1.5);
+          return scaled[0] * sums[1];
+        },
+        list(normal({2, 3}, 61), normal({2, 3}, 62)));
+  }
+}
+
+TEST_CASE("foreach kernels take any number of pieces, a call per capacity, each piece's bits",
+          "[ops]") {
+  using counted = CountingBackend<cpu>;
+  using Counted = Tensor<double, counted>;
+  constexpr int pieces = PiecesLayout<double>::capacity + 6;
+  std::vector<Counted> a, b;
+  std::vector<const Counted*> pa, pb;
+  for (int i = 0; i < pieces; ++i) {
+    const Shape shape = i == 3 ? Shape{0} : Shape{i % 4 + 1, 3};  // one empty piece
+    a.push_back(normal(shape, 100 + static_cast<std::uint64_t>(i)).to<counted>());
+    b.push_back(normal(shape, 200 + static_cast<std::uint64_t>(i)).to<counted>());
+  }
+  for (int i = 0; i < pieces; ++i) {
+    pa.push_back(&a[static_cast<std::size_t>(i)]);
+    pb.push_back(&b[static_cast<std::size_t>(i)]);
+  }
+  counted::reset();
+  const auto sums = raw::foreach_axpy(pa, pb, -0.7);
+  const auto scaled = raw::foreach_map(UnaryOp::scale, pa, 1.3);
+  const KernelCalls calls = counted::calls();
+  // 29 pieces with elements: 24 in the first call, 5 in the second.
+  CHECK(calls["foreach_axpy"] == 2);
+  CHECK(calls["foreach_unary scale"] == 2);
+  CHECK(calls.total() == 4);
+  REQUIRE(sums.size() == a.size());
+  REQUIRE(scaled.size() == a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(sums[i].shape() == a[i].shape());
+    CHECK(sums[i].to<cpu>().to_vector() == raw::axpy(a[i], b[i], -0.7).to<cpu>().to_vector());
+    CHECK(scaled[i].to<cpu>().to_vector() ==
+          raw::map(UnaryOp::scale, a[i], 1.3).to<cpu>().to_vector());
+  }
+  pb.pop_back();
+  CHECK_THROWS_WITH(raw::foreach_axpy(pa, pb, 1.0), Contains("30 and 29 tensors"));
+  pb.push_back(&a[0]);
+  CHECK_THROWS_WITH(raw::foreach_axpy(pa, pb, 1.0),
+                    Contains("piece 29") && Contains("[2, 3]") && Contains("[1, 3]"));
 }
 
 TEST_CASE("power, exponential and activation ops pass first and second order checks", "[ops]") {

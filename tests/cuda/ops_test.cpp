@@ -184,6 +184,24 @@ TEMPLATE_TEST_CASE("shape and index ops match the CPU backend", "[cuda][ops]", f
         },
         list(normal<T>({2, 3}, 51), normal<T>({2, 3}, 52)));
   }
+  SECTION("foreach ops over more pieces than one call takes") {
+    check_op<T>(
+        [](auto x) {
+          using V = std::decay_t<decltype(x[0])>;
+          std::vector<V> a, b;
+          for (std::int64_t i = 0; i < PiecesLayout<T>::capacity + 2; ++i) {
+            a.push_back(slice(x[0], 0, i, 1));
+            b.push_back(a.back() * a.back());
+          }
+          const auto sums =
+              foreach_add_scaled(std::span<const V>(a), std::span<const V>(b), T(0.3));
+          const auto scaled = foreach_scale(std::span<const V>(sums), T(-1.5));
+          V total = scaled[0] * sums[0];
+          for (std::size_t i = 1; i < sums.size(); ++i) total = total + scaled[i] * sums[i];
+          return total;
+        },
+        list(normal<T>({PiecesLayout<T>::capacity + 2, 3}, 54)));
+  }
   SECTION("index_select with repeated indices") {
     check_op<T>(
         [](auto x) {

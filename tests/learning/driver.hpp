@@ -112,6 +112,11 @@ TEST_CASE("a counting backend counts each kernel by name and changes no bit", "[
   }
   CHECK(per_step[1] == per_step[2]);
   CHECK(per_step[0] > per_step[1]);  // the first step also makes Adam's moments
+  // One foreach call per inner step for the update of every piece, and one
+  // for its gradient in the meta-gradient.
+  CHECK(calls["foreach_axpy"] == 2);
+  CHECK(calls["foreach_unary scale"] == 2);
+  CHECK(calls["axpy"] == 0);
   const auto pieces = maml.state().size();
   CHECK(calls["adam"] == pieces);
   CHECK(calls["gemm"] > 0);

@@ -20,6 +20,7 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            double* yd, const double* xd, std::int64_t n, const std::int64_t* index,
                            const BroadcastLayout& bl, const ReduceLayout& rl, const CopyLayout& cl,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
+                           const PiecesLayout<float>& pf, const PiecesLayout<double>& pd,
                            const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool,
                            const NormLayout& norm, std::int64_t* positions, std::uint64_t u,
                            const TaskStreams& ts) {
@@ -61,6 +62,12 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::unary(UnaryOp::exp, xd, yd, n, 0.0)};
   {B::binary(BinaryOp::add, xd, xd, yd, bl)};
   {B::select(xd, xd, xd, yd, n)};
+  // The same over many tensors in one call (PiecesLayout): y_i = a_i + s b_i
+  // and y_i = f(a_i, s), with the formulas of axpy and unary.
+  {B::foreach_axpy(pf, 1.0f)};
+  {B::foreach_axpy(pd, 1.0)};
+  {B::foreach_unary(UnaryOp::scale, pf, 1.0f)};
+  {B::foreach_unary(UnaryOp::scale, pd, 1.0)};
 
   // Reductions over the axes that a layout maps to one output element.
   {B::reduce(ReduceOp::sum, x, y, rl)};

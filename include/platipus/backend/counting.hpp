@@ -101,6 +101,16 @@ struct CountingBackend : B {
     B::axpy(a, b, y, n, s);
   }
   template <class T>
+  static void foreach_axpy(const PiecesLayout<T>& l, T s) {
+    count("foreach_axpy");
+    B::foreach_axpy(l, s);
+  }
+  template <class T>
+  static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
+    count("foreach_unary", op_name(op));
+    B::foreach_unary(op, l, s);
+  }
+  template <class T>
   static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {
     count("select");
     B::select(mask, a, b, y, n);

@@ -82,6 +82,19 @@ struct AdamStep {
   }
 };
 
+// Up to `capacity` contiguous tensors mapped by one call, as one kernel on a
+// device (PyTorch's foreach kernels): piece i has n[i] elements at a[i]
+// (and b[i]), written to y[i]. The capacity covers conv4's 18 pieces; the
+// tensor layer cuts longer lists into several calls.
+template <class T>
+struct PiecesLayout {
+  static constexpr int capacity = 24;
+  int count = 0;
+  std::array<const T*, capacity> a{}, b{};
+  std::array<T*, capacity> y{};
+  std::array<std::int64_t, capacity> n{};
+};
+
 // A tensor viewed as [outer, axis, inner] for gather / scatter-add along axis.
 struct IndexLayout {
   std::int64_t outer = 1, inner = 1;

@@ -1,6 +1,9 @@
 // Raw (non-recording) elementwise kernels on tensors: unary maps, binary
-// maps with NumPy broadcasting, and masked select.
+// maps with NumPy broadcasting, masked select, and the foreach forms of
+// axpy and unary maps over lists of tensors.
 #pragma once
+
+#include <vector>
 
 #include "platipus/tensor/tensor.hpp"
 
@@ -61,6 +64,56 @@ Tensor<T, B> axpy(const Tensor<T, B>& a, const Tensor<T, B>& b, T s) {
   Tensor<T, B> y(a.shape());
   if (y.numel()) B::axpy(a.data(), b.data(), y.data(), y.numel(), s);
   return y;
+}
+
+namespace detail {
+
+// New tensors shaped as x's, written by launch(PiecesLayout) in calls of up
+// to PiecesLayout::capacity pieces; b, when not empty, pairs with x.
+template <class T, class B, class Launch>
+std::vector<Tensor<T, B>> map_pieces(const std::vector<const Tensor<T, B>*>& x,
+                                     const std::vector<const Tensor<T, B>*>& b, Launch launch) {
+  std::vector<Tensor<T, B>> y;
+  y.reserve(x.size());
+  PiecesLayout<T> l;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    y.emplace_back(x[i]->shape());
+    if (x[i]->numel() == 0) continue;
+    const auto k = static_cast<std::size_t>(l.count++);
+    l.a[k] = x[i]->data();
+    l.b[k] = b.empty() ? nullptr : b[i]->data();
+    l.y[k] = y.back().data();
+    l.n[k] = x[i]->numel();
+    if (l.count == PiecesLayout<T>::capacity) {
+      launch(l);
+      l.count = 0;
+    }
+  }
+  if (l.count > 0) launch(l);
+  return y;
+}
+
+}  // namespace detail
+
+// a_i + s * b_i for every i (a_i and b_i of one shape), one backend call for
+// up to PiecesLayout::capacity pieces: the bits of axpy on each pair.
+template <class T, class B>
+std::vector<Tensor<T, B>> foreach_axpy(const std::vector<const Tensor<T, B>*>& a,
+                                       const std::vector<const Tensor<T, B>*>& b, T s) {
+  check(a.size() == b.size(), "foreach_add_scaled", "{} and {} tensors given", a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    check(a[i]->shape() == b[i]->shape(), "foreach_add_scaled", "piece {}: shapes {} and {} differ",
+          i, a[i]->shape(), b[i]->shape());
+  return detail::map_pieces(a, b, [s](const PiecesLayout<T>& l) { B::foreach_axpy(l, s); });
+}
+
+// f(x_i, s) for every i, as map does on each, in calls of up to
+// PiecesLayout::capacity pieces.
+template <class T, class B>
+std::vector<Tensor<T, B>> foreach_map(UnaryOp op, const std::vector<const Tensor<T, B>*>& x,
+                                      T scalar = T(0)) {
+  return detail::map_pieces(x, {},
+                            [&](const PiecesLayout<T>& l) { B::foreach_unary(op, l, scalar); });
 }
 
 // mask ? a : b elementwise; all three of one shape.

@@ -1,13 +1,51 @@
-// Multi-tensor ops over lists of tensors, one node for the whole list (as
-// PyTorch's _foreach kernels): the inner-loop SGD step updates every named
-// piece of a model's parameters with one op.
+// Multi-tensor ops over lists of tensors, one node for the whole list and
+// one backend call (one kernel on a device) for up to PiecesLayout's
+// capacity of pieces, as PyTorch's _foreach kernels: the inner-loop SGD
+// step updates every named piece of a model's parameters with one op, and
+// its gradient scales them back with one.
 #pragma once
 
+#include <span>
 #include <vector>
 
-#include "platipus/autodiff/ops/arithmetic.hpp"
+#include "platipus/autodiff/record.hpp"
+#include "platipus/tensor/elementwise.hpp"
 
 namespace platipus {
+
+namespace detail {
+
+template <class T, class B>
+std::vector<const Tensor<T, B>*> values(std::span<const Var<T, B>> x) {
+  std::vector<const Tensor<T, B>*> v;
+  v.reserve(x.size());
+  for (const auto& xi : x) v.push_back(&xi.value());
+  return v;
+}
+
+}  // namespace detail
+
+// s * x_i for every i.
+template <class T, class B>
+std::vector<Var<T, B>> foreach_scale(std::span<const Var<T, B>> x, T s) {
+  check(!x.empty(), "foreach_scale", "no tensors given");
+  const std::size_t n = x.size();
+  return record_many(
+      "foreach_scale", x, raw::foreach_map(UnaryOp::scale, detail::values(x), s),
+      [n, s](Backward<T, B>& c) {
+        std::vector<Var<T, B>> g;
+        std::vector<std::size_t> inputs;
+        for (std::size_t i = 0; i < n; ++i)
+          if (c.needs(i) && c.grad(i).defined()) {
+            g.push_back(c.grad(i));
+            inputs.push_back(i);
+          }
+        if (g.empty()) return;
+        const auto scaled = foreach_scale(std::span<const Var<T, B>>(g), s);
+        for (std::size_t k = 0; k < inputs.size(); ++k) c.set(inputs[k], scaled[k]);
+      },
+      saves_nothing);
+}
 
 // a_i + s * b_i for every i (a_i and b_i of one shape).
 template <class T, class B>
@@ -17,19 +55,27 @@ std::vector<Var<T, B>> foreach_add_scaled(std::span<const Var<T, B>> a,
         a.size(), b.size());
   std::vector<Var<T, B>> inputs(a.begin(), a.end());
   inputs.insert(inputs.end(), b.begin(), b.end());
-  std::vector<Tensor<T, B>> results;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    results.push_back(raw::axpy(a[i].value(), b[i].value(), s));
   const std::size_t n = a.size();
-  return record_many("foreach_add_scaled", std::span<const Var<T, B>>(inputs), std::move(results),
-                     [n, s](Backward<T, B>& c) {
-                       for (std::size_t i = 0; i < n; ++i) {
-                         const Var<T, B> g = c.grad(i);
-                         if (!g.defined()) continue;
-                         if (c.needs(i)) c.set(i, g);
-                         if (c.needs(n + i)) c.set(n + i, scale(g, s));
-                       }
-                     });
+  return record_many(
+      "foreach_add_scaled", std::span<const Var<T, B>>(inputs),
+      raw::foreach_axpy(detail::values(a), detail::values(b), s),
+      [n, s](Backward<T, B>& c) {
+        std::vector<Var<T, B>> g;  // the gradients into the b_i, scaled by one op
+        std::vector<std::size_t> inputs;
+        for (std::size_t i = 0; i < n; ++i) {
+          const Var<T, B> gi = c.grad(i);
+          if (!gi.defined()) continue;
+          if (c.needs(i)) c.set(i, gi);
+          if (c.needs(n + i)) {
+            g.push_back(gi);
+            inputs.push_back(n + i);
+          }
+        }
+        if (g.empty()) return;
+        const auto scaled = foreach_scale(std::span<const Var<T, B>>(g), s);
+        for (std::size_t k = 0; k < inputs.size(); ++k) c.set(inputs[k], scaled[k]);
+      },
+      saves_nothing);
 }
 
 }  // namespace platipus

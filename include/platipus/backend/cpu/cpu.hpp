@@ -94,6 +94,15 @@ struct cpu {
   }
 
   template <class T>
+  static void foreach_axpy(const PiecesLayout<T>& l, T s) {
+    for (int i = 0; i < l.count; ++i) axpy(l.a[i], l.b[i], l.y[i], l.n[i], s);
+  }
+  template <class T>
+  static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
+    for (int i = 0; i < l.count; ++i) unary(op, l.a[i], l.y[i], l.n[i], s);
+  }
+
+  template <class T>
   static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step,
                    const T* t) {
     const auto correction = step.at(*t);

@@ -71,6 +71,10 @@ struct cuda {
   template <class T>
   static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n);
   template <class T>
+  static void foreach_axpy(const PiecesLayout<T>& l, T s);
+  template <class T>
+  static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s);
+  template <class T>
   static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step,
                    const T* t);
 

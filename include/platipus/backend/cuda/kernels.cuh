@@ -110,6 +110,38 @@ __global__ void axpy_kernel(const T* a, const T* b, T* y, std::int64_t n, T s) {
   for (std::int64_t i = thread_index(); i < n; i += thread_count()) y[i] = a[i] + s * b[i];
 }
 
+// Foreach kernels: blockIdx.y picks the piece, a grid-stride loop along x
+// covers its elements.
+template <class T>
+__global__ void foreach_axpy_kernel(PiecesLayout<T> l, T s) {
+  const int p = static_cast<int>(blockIdx.y);
+  const T *a = l.a[p], *b = l.b[p];
+  T* y = l.y[p];
+  for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) y[i] = a[i] + s * b[i];
+}
+
+template <class T, class F>
+__global__ void foreach_unary_kernel(F f, PiecesLayout<T> l, T s) {
+  const int p = static_cast<int>(blockIdx.y);
+  const T* x = l.a[p];
+  T* y = l.y[p];
+  for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) y[i] = f(x[i], s);
+}
+
+// Launches a foreach kernel: a row of blocks per piece, as many as the
+// largest piece needs (up to the cap).
+template <class T, class... Params, class... Args>
+void launch_foreach(const char* name, const PiecesLayout<T>& l, void (*kernel)(Params...),
+                    const Args&... args) {
+  if (l.count == 0) return;
+  const std::int64_t longest = *std::max_element(l.n.begin(), l.n.begin() + l.count);
+  const std::int64_t blocks =
+      std::clamp<std::int64_t>((longest + block_threads - 1) / block_threads, 1, max_blocks);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(l.count));
+  kernel<<<grid, block_threads, 0, cudaStreamPerThread>>>(args...);
+  detail::check_cuda(cudaGetLastError(), name);
+}
+
 template <class T>
 __global__ void adam_kernel(T* p, T* m, T* v, const T* g, std::int64_t n, AdamStep<T> step,
                             const T* t) {
@@ -508,6 +540,19 @@ void cuda::binary(BinaryOp op, const T* a, const T* b, T* y, const BroadcastLayo
 template <class T>
 void cuda::axpy(const T* a, const T* b, T* y, std::int64_t n, T s) {
   cuda_kernels::launch("cuda::axpy", n, cuda_kernels::axpy_kernel<T>, a, b, y, n, s);
+}
+
+template <class T>
+void cuda::foreach_axpy(const PiecesLayout<T>& l, T s) {
+  cuda_kernels::launch_foreach("cuda::foreach_axpy", l, cuda_kernels::foreach_axpy_kernel<T>, l, s);
+}
+
+template <class T>
+void cuda::foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
+  visit_unary(op, [&](auto f) {
+    cuda_kernels::launch_foreach("cuda::foreach_unary", l,
+                                 cuda_kernels::foreach_unary_kernel<T, decltype(f)>, f, l, s);
+  });
 }
 
 template <class T>
