@@ -15,24 +15,14 @@
 #include "platipus/backend/cuda/cuda.hpp"
 #include "platipus/meta/driver/graphed_step.hpp"
 #include "platipus/platipus.hpp"
+#include "sinusoid_workloads.hpp"
 
 using namespace platipus;
 
 namespace {
 
-constexpr std::int64_t tasks = 25, points = 10;
-
-TaskBatch<float, cuda> sinusoid_batch(Generator& gen) {
-  return data::SinusoidLineSampler<float, cuda>({.support = points, .query = points})
-      .sample(tasks, gen);
-}
-
-nn::Sequential small_network() {
-  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
-}
-nn::Sequential paper_network() {
-  return nn::mlp({.inputs = 1, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
-}
+using sinusoid_workloads::paper_network;
+using sinusoid_workloads::small_network;
 
 void cuda_maml_sinusoid(benchmark::State& state) {
   Generator gen(1);
@@ -43,7 +33,7 @@ void cuda_maml_sinusoid(benchmark::State& state) {
        .driver = {.threads = static_cast<int>(state.range(1)),
                   .task_chunks = one_chunk_per_thread}},
       gen);
-  const auto batch = sinusoid_batch(gen);
+  const auto batch = sinusoid_workloads::batch<cuda>(gen);
   for (auto _ : state) {
     benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
     cuda::synchronize();  // the optimiser's kernels belong to this step
@@ -65,7 +55,7 @@ void cuda_platipus_sinusoid(benchmark::State& state) {
        .driver = {.threads = static_cast<int>(state.range(0)),
                   .task_chunks = one_chunk_per_thread}},
       gen);
-  const auto batch = sinusoid_batch(gen);
+  const auto batch = sinusoid_workloads::batch<cuda>(gen);
   for (auto _ : state) {
     benchmark::DoNotOptimize(model.meta_train_step(batch, gen));
     cuda::synchronize();
@@ -108,7 +98,7 @@ void cuda_maml_sinusoid_graph(benchmark::State& state) {
        .first_order = state.range(0) == 1,
        .driver = {.threads = 1}},
       gen);
-  replay(state, maml, sinusoid_batch(gen), gen);
+  replay(state, maml, sinusoid_workloads::batch<cuda>(gen), gen);
   state.SetLabel(state.range(0) ? "first order" : "second order");
 }
 BENCHMARK(cuda_maml_sinusoid_graph)
@@ -124,7 +114,7 @@ void cuda_platipus_sinusoid_graph(benchmark::State& state) {
   Platipus<nn::Sequential, MseLoss, float, cuda> model(
       Network(), MseLoss{},
       {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .driver = {.threads = 1}}, gen);
-  replay(state, model, sinusoid_batch(gen), gen);
+  replay(state, model, sinusoid_workloads::batch<cuda>(gen), gen);
 }
 BENCHMARK(cuda_platipus_sinusoid_graph<small_network>)
     ->Name("cuda_platipus_sinusoid_graph/1-40-40-1")

@@ -20,20 +20,15 @@
 #include "conv_workloads.hpp"
 #include "platipus/backend/counting.hpp"
 #include "platipus/platipus.hpp"
+#include "sinusoid_workloads.hpp"
 
 using namespace platipus;
 
 namespace {
 
 using counted = CountingBackend<cpu>;
-constexpr std::int64_t tasks = 25, points = 10;
-
-nn::Sequential small_network() {
-  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
-}
-nn::Sequential paper_network() {
-  return nn::mlp({.inputs = 1, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
-}
+using sinusoid_workloads::paper_network;
+using sinusoid_workloads::small_network;
 
 // The calls of the learner's second meta-step on `batch`.
 template <class Learner>
@@ -49,8 +44,7 @@ KernelCalls maml_sinusoid(bool first_order) {
   Maml<nn::Sequential, MseLoss, float, counted> maml(
       small_network(), MseLoss{},
       {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .first_order = first_order}, gen);
-  const auto batch = data::SinusoidLineSampler<float, counted>({.support = points, .query = points})
-                         .sample(tasks, gen);
+  const auto batch = sinusoid_workloads::batch<counted>(gen);
   return second_step(maml, batch, gen);
 }
 
@@ -59,8 +53,7 @@ KernelCalls platipus_sinusoid() {
   Generator gen(2);
   Platipus<nn::Sequential, MseLoss, float, counted> model(
       Network(), MseLoss{}, {.inner_loop = {.steps = 5, .learning_rate = 0.01}}, gen);
-  const auto batch = data::SinusoidLineSampler<float, counted>({.support = points, .query = points})
-                         .sample(tasks, gen);
+  const auto batch = sinusoid_workloads::batch<counted>(gen);
   return second_step(model, batch, gen);
 }
 

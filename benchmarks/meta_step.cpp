@@ -9,23 +9,14 @@
 
 #include "conv_workloads.hpp"
 #include "platipus/platipus.hpp"
+#include "sinusoid_workloads.hpp"
 
 using namespace platipus;
 
 namespace {
 
-constexpr std::int64_t tasks = 25, points = 10;
-
-data::SinusoidLineSampler<float> sampler() {
-  return data::SinusoidLineSampler<float>({.support = points, .query = points});
-}
-
-nn::Sequential small_network() {
-  return nn::mlp({.inputs = 1, .hidden = {40, 40}, .outputs = 1});
-}
-nn::Sequential paper_network() {
-  return nn::mlp({.inputs = 1, .hidden = {100, 100, 100}, .outputs = 1, .bias_transform = 20});
-}
+using sinusoid_workloads::paper_network;
+using sinusoid_workloads::small_network;
 
 void maml_sinusoid(benchmark::State& state) {
   memory::reset_peak_resident();
@@ -35,7 +26,7 @@ void maml_sinusoid(benchmark::State& state) {
                                       .first_order = state.range(0) == 1,
                                       .driver = {.task_chunks = one_chunk_per_thread}},
                                      gen);
-  const auto batch = sampler().sample(tasks, gen);
+  const auto batch = sinusoid_workloads::batch<cpu>(gen);
   for (auto _ : state) benchmark::DoNotOptimize(maml.meta_train_step(batch, gen));
   state.SetLabel(state.range(0) ? "first order" : "second order");
   state.counters["peak_resident_MB"] = static_cast<double>(memory::peak_resident_bytes()) / 1e6;
@@ -50,7 +41,7 @@ void platipus_sinusoid(benchmark::State& state) {
                                           {.inner_loop = {.steps = 5, .learning_rate = 0.01},
                                            .driver = {.task_chunks = one_chunk_per_thread}},
                                           gen);
-  const auto batch = sampler().sample(tasks, gen);
+  const auto batch = sinusoid_workloads::batch<cpu>(gen);
   for (auto _ : state) benchmark::DoNotOptimize(model.meta_train_step(batch, gen));
   state.counters["peak_resident_MB"] = static_cast<double>(memory::peak_resident_bytes()) / 1e6;
 }
