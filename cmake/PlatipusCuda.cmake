@@ -48,7 +48,7 @@ endif()
 # The shared formulas (op_codes.hpp, philox.hpp) are constexpr host code
 # that kernels call: std::array access and <cmath> functions.
 target_compile_options(platipus_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
-target_link_libraries(platipus_cuda PUBLIC platipus::platipus CUDA::cudart_static PRIVATE CUDA::cublas)
+target_link_libraries(platipus_cuda PUBLIC platipus::platipus CUDA::cudart_static PRIVATE CUDA::cublas CUDA::cublasLt)
 target_include_directories(platipus_cuda PRIVATE ${PLATIPUS_CUDNN_INCLUDE_DIR})
 target_link_libraries(platipus_cuda PRIVATE ${PLATIPUS_CUDNN_LIBRARY})
 

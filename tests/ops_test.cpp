@@ -225,6 +225,12 @@ TEST_CASE("matmul passes checks batched, broadcast and transposed", "[ops]") {
                              normal({2, 3}, 70, kink ? -2.0 : 0.0)));
     }
   }
+  SECTION("linear with batch axes broadcast on both sides and a shared bias row") {
+    check_derivatives([](auto x) { return linear(x[0], x[1], x[2], Activation::tanh); },
+                      list(normal({2, 1, 3, 2}, 72), normal({3, 2, 4}, 73), normal({3, 4}, 74)));
+    check_derivatives([](auto x) { return linear(x[0], x[1], x[2], Activation::sigmoid); },
+                      list(normal({2, 3, 2}, 75), normal({2, 2, 4}, 76), normal({1, 4}, 77)));
+  }
   SECTION("batch broadcast on both sides") {
     check_derivatives([](auto x) { return matmul(x[0], x[1]); },
                       list(normal({2, 1, 2, 3}, 22), normal({3, 3, 2}, 23)));
@@ -233,6 +239,43 @@ TEST_CASE("matmul passes checks batched, broadcast and transposed", "[ops]") {
     check_derivatives([](auto x) { return matmul(tanh(matmul(x[0], x[1])), x[1], false, true); },
                       list(normal({2, 3}, 24), normal({3, 3}, 25)));
   }
+}
+
+TEST_CASE(
+    "the linear call computes the bits of its parts: bias rows, the product onto them, "
+    "the activation",
+    "[ops]") {
+  // The examples' results are these bits (the CPU's order of the sums).
+  Generator gen(78);
+  const auto parts = [](const Tensor<float>& x, const Tensor<float>& w, const Tensor<float>& b,
+                        UnaryOp activation) {
+    Shape row = b.shape().take_front(b.rank() - 1);
+    row.push_back(1);
+    row.push_back(b.dim(-1));
+    Tensor<float> y = raw::expand(Tensor<float>::view(b, row),
+                                  raw::matmul_shape(x.shape(), w.shape(), false, false));
+    raw::detail::matmul_into(x, w, y, false, false, 1.0f);
+    return raw::map(activation, y);
+  };
+  const std::array<std::array<Shape, 3>, 5> cases{{
+      {Shape{2, 5, 40}, Shape{40, 40}, Shape{40}},          // shared weight: one taller GEMM
+      {Shape{2, 5, 40}, Shape{2, 40, 40}, Shape{2, 40}},    // per-task weights
+      {Shape{5, 40}, Shape{2, 40, 40}, Shape{2, 40}},       // shared inputs
+      {Shape{2, 1, 5, 7}, Shape{3, 7, 9}, Shape{3, 9}},     // a mixed broadcast
+      {Shape{2, 5, 300}, Shape{2, 300, 70}, Shape{1, 70}},  // Eigen's blocked product
+  }};
+  for (const auto& [xs, ws, bs] : cases)
+    for (auto a : {UnaryOp::copy, UnaryOp::relu, UnaryOp::tanh, UnaryOp::sigmoid}) {
+      INFO(xs.to_string() << " times " << ws.to_string() << " plus " << bs.to_string() << ", "
+                          << op_name(a));
+      const auto x = raw::normal<float>(xs, gen), w = raw::normal<float>(ws, gen),
+                 b = raw::normal<float>(bs, gen);
+      CHECK(raw::linear(x, w, b, a).to_vector() == parts(x, w, b, a).to_vector());
+    }
+  CHECK_THROWS_WITH(
+      raw::linear(raw::normal<float>({2, 5, 4}, gen), raw::normal<float>({2, 4, 6}, gen),
+                  raw::normal<float>({2, 5}, gen)),
+      Contains("does not match weight"));
 }
 
 TEST_CASE("linear with an activation computes the bits of linear and the activation apart",

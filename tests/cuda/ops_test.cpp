@@ -115,6 +115,24 @@ TEMPLATE_TEST_CASE("matmul and linear match the CPU backend batched, broadcast a
     check_op<T>([](auto x) { return tanh(linear(x[0], x[1], x[2])); },
                 list(normal<T>({3, 2}, 36), normal<T>({2, 2, 4}, 37), normal<T>({2, 4}, 38)));
   }
+  SECTION("linear with each activation, as one cuBLASLt call or its parts") {
+    for (auto a : {Activation::relu, Activation::tanh, Activation::sigmoid}) {
+      INFO("activation " << static_cast<int>(a));
+      const auto layer = [a](auto x) {
+        return linear(x[0], x[1], x[2], a) * x[0];
+      };
+      check_op<T>(layer, list(normal<T>({2, 3, 3}, 80), normal<T>({3, 3}, 81), normal<T>({3}, 82)));
+      check_op<T>(layer,
+                  list(normal<T>({2, 3, 3}, 83), normal<T>({2, 3, 3}, 84), normal<T>({2, 3}, 85)));
+      check_op<T>(layer,
+                  list(normal<T>({3, 3}, 86), normal<T>({2, 3, 3}, 87), normal<T>({1, 3}, 88)));
+    }
+  }
+  SECTION("linear on the paper network's widths, with a bias per task") {
+    check_op<T>([](auto x) { return tanh(linear(x[0], x[1], x[2], Activation::relu)); },
+                list(normal<T>({5, 10, 100}, 89, 0, 0.2), normal<T>({5, 100, 100}, 90, 0, 0.2),
+                     normal<T>({5, 100}, 91)));
+  }
   SECTION("products larger than one cuBLAS tile") {
     check_op<T>([](auto x) { return tanh(matmul(x[0], x[1], false, true)); },
                 list(normal<T>({3, 70, 45}, 39, 0, 0.2), normal<T>({3, 66, 45}, 40, 0, 0.2)));

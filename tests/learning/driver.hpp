@@ -117,6 +117,11 @@ TEST_CASE("a counting backend counts each kernel by name and changes no bit", "[
   CHECK(calls["foreach_axpy"] == 2);
   CHECK(calls["foreach_unary scale"] == 2);
   CHECK(calls["axpy"] == 0);
+  // Each layer's forward is one call (bias, product and ReLU): two hidden
+  // layers and the output layer at each inner step and on the query set.
+  CHECK(calls["linear"] == static_cast<std::uint64_t>(settings.inner_loop.steps + 1));
+  CHECK(calls["linear relu"] == 2 * calls["linear"]);
+  CHECK(calls["unary relu"] == 0);
   const auto pieces = maml.state().size();
   CHECK(calls["adam"] == pieces);
   CHECK(calls["gemm"] > 0);

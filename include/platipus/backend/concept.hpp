@@ -20,6 +20,7 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            double* yd, const double* xd, std::int64_t n, const std::int64_t* index,
                            const BroadcastLayout& bl, const ReduceLayout& rl, const CopyLayout& cl,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
+                           const LinearLayout<float>& lf, const LinearLayout<double>& ld,
                            const PiecesLayout<float>& pf, const PiecesLayout<double>& pd,
                            const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool,
                            const NormLayout& norm, std::int64_t* positions, std::uint64_t u,
@@ -80,6 +81,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   // Strided batched GEMM, row-major, with transposes.
   {B::gemm(gf, x, x, y)};
   {B::gemm(gd, xd, xd, yd)};
+  // A linear layer's forward, activation(x w + bias), in one call
+  // (LinearLayout): the bias, product and activation of an MLP layer.
+  {B::linear(lf, x, x, x, y)};
+  {B::linear(ld, xd, xd, xd, yd)};
 
   // Gather along an axis (dst[o, j, i] = src[o, index[j], i]) and its adjoint
   // (dst = zeros, then dst[o, index[j], i] += src[o, j, i]: dst is written

@@ -137,6 +137,11 @@ struct CountingBackend : B {
     B::gemm(g, a, b, c);
   }
   template <class T>
+  static void linear(const LinearLayout<T>& l, const T* a, const T* b, const T* bias, T* c) {
+    count("linear", l.activation == UnaryOp::copy ? "" : op_name(l.activation));
+    B::linear(l, a, b, bias, c);
+  }
+  template <class T>
   static void gather(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
     count("gather");
     B::gather(src, index, dst, l);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "platipus/backend/op_codes.hpp"
 #include "platipus/core/hd.hpp"
 #include "platipus/core/max_rank.hpp"
 
@@ -53,6 +54,21 @@ struct GemmLayout {
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   T alpha = T(1), beta = T(0);
+  // Elements from C's first to its last.
+  std::int64_t c_extent() const { return (batch - 1) * stride_c + m * n; }
+};
+
+// A linear layer's forward in one call: C[b] = activation(op(A[b]) op(B[b]) +
+// bias[b]), where bias[b] (n elements, at bias + b * stride_bias; a stride of
+// 0 shares one) is added to every row of C[b] and `activation` (copy: none)
+// applies to each element. `gemm` gives the product (its beta is not read).
+// The CPU computes the bits of the parts: bias rows, the product accumulated
+// onto them, the activation in place (linear_in_parts.hpp).
+template <class T>
+struct LinearLayout {
+  GemmLayout<T> gemm;
+  std::int64_t stride_bias = 0;
+  UnaryOp activation = UnaryOp::copy;
 };
 
 // One Adam step (Kingma & Ba, 2015), applied in place to a parameter p, its

@@ -3,6 +3,8 @@
 // NumPy broadcasting and `trans_a` / `trans_b` transpose the last two axes.
 #pragma once
 
+#include <optional>
+
 #include "platipus/tensor/layout.hpp"
 #include "platipus/tensor/tensor.hpp"
 
@@ -24,49 +26,61 @@ inline Shape matmul_shape(const Shape& a, const Shape& b, bool trans_a, bool tra
 
 namespace detail {
 
+// The operand's shape with its batch axes replaced by `batch`.
+inline Shape with_batch(const Shape& batch, const Shape& shape, int matrix_axes) {
+  Shape s = batch;
+  for (int i = shape.rank() - matrix_axes; i < shape.rank(); ++i) s.push_back(shape[i]);
+  return s;
+}
+
+// The GemmLayout of op(a) op(b) into a product of shape `out` (beta 0), or
+// none where an operand's batch axes are neither the output's nor one
+// matrix (a mixed broadcast, which the caller materialises).
+template <class T, class B>
+std::optional<GemmLayout<T>> gemm_layout(const Tensor<T, B>& a, const Tensor<T, B>& b,
+                                         const Shape& out, bool trans_a, bool trans_b) {
+  const int rank = out.rank();
+  const std::int64_t batch = out.take_front(rank - 2).numel();
+  const std::int64_t batch_a = a.shape().take_front(a.rank() - 2).numel();
+  const std::int64_t batch_b = b.shape().take_front(b.rank() - 2).numel();
+  if ((batch_a != batch && batch_a != 1) || (batch_b != batch && batch_b != 1)) return {};
+  GemmLayout<T> g;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.m = out[rank - 2];
+  g.n = out[rank - 1];
+  g.k = trans_a ? a.dim(-2) : a.dim(-1);
+  g.stride_c = g.m * g.n;
+  g.stride_a = batch_a == 1 ? 0 : a.dim(-2) * a.dim(-1);
+  g.stride_b = batch_b == 1 ? 0 : b.dim(-2) * b.dim(-1);
+  g.batch = batch;
+  return g;
+}
+
+// A batch of row blocks times one shared matrix is a single taller GEMM.
+template <class T>
+void merge_row_blocks(GemmLayout<T>& g) {
+  if (g.stride_b == 0 && g.stride_a != 0 && !g.trans_a) {
+    g.m *= g.batch;
+    g.batch = 1;
+  }
+}
+
 // c = op(a) op(b) + beta * c, where c already has the product's shape.
 template <class T, class B>
 void matmul_into(const Tensor<T, B>& a, const Tensor<T, B>& b, Tensor<T, B>& c, bool trans_a,
                  bool trans_b, T beta) {
   if (c.numel() == 0) return;
-  const Shape& out_shape = c.shape();
-  const int rank = out_shape.rank();
-  const Shape batch_shape = out_shape.take_front(rank - 2);
-  const std::int64_t batch = batch_shape.numel();
-  const std::int64_t batch_a = a.shape().take_front(a.rank() - 2).numel();
-  const std::int64_t batch_b = b.shape().take_front(b.rank() - 2).numel();
-
-  // Each operand is either batched like the output or a single matrix
-  // (stride 0); a mixed broadcast is materialised first.
-  auto fits = [&](std::int64_t count) {
-    return count == batch || count == 1;
-  };
-  if (!fits(batch_a) || !fits(batch_b)) {
-    Shape ea = batch_shape, eb = batch_shape;
-    ea.push_back(a.dim(-2));
-    ea.push_back(a.dim(-1));
-    eb.push_back(b.dim(-2));
-    eb.push_back(b.dim(-1));
-    matmul_into(expand(a, ea), expand(b, eb), c, trans_a, trans_b, beta);
+  std::optional<GemmLayout<T>> g = gemm_layout(a, b, c.shape(), trans_a, trans_b);
+  if (!g) {
+    const Shape batch = c.shape().take_front(c.rank() - 2);
+    matmul_into(expand(a, with_batch(batch, a.shape(), 2)),
+                expand(b, with_batch(batch, b.shape(), 2)), c, trans_a, trans_b, beta);
     return;
   }
-  GemmLayout<T> g;
-  g.trans_a = trans_a;
-  g.trans_b = trans_b;
-  g.m = out_shape[rank - 2];
-  g.n = out_shape[rank - 1];
-  g.k = trans_a ? a.dim(-2) : a.dim(-1);
-  g.beta = beta;
-  g.stride_c = g.m * g.n;
-  g.stride_a = batch_a == 1 ? 0 : a.dim(-2) * a.dim(-1);
-  g.stride_b = batch_b == 1 ? 0 : b.dim(-2) * b.dim(-1);
-  g.batch = batch;
-  // A batch of row blocks times one shared matrix is a single taller GEMM.
-  if (g.stride_b == 0 && g.stride_a != 0 && !trans_a) {
-    g.m *= batch;
-    g.batch = 1;
-  }
-  B::gemm(g, a.data(), b.data(), c.data());
+  g->beta = beta;
+  merge_row_blocks(*g);
+  B::gemm(*g, a.data(), b.data(), c.data());
 }
 
 }  // namespace detail
@@ -79,19 +93,28 @@ Tensor<T, B> matmul(const Tensor<T, B>& a, const Tensor<T, B>& b, bool trans_a =
   return c;
 }
 
-// x W + b in one GEMM: x [..., N, in], w [..., in, out], b [..., out] with the
-// batch axes of w; b is broadcast along N and written first (beta = 1).
+// activation(x W + b) as one backend call (LinearLayout): x [..., N, in],
+// w [..., in, out], b [..., out] with the batch axes of w (or none); b is
+// added to every row, and `activation` (copy: none) applies to the sum.
 template <class T, class B>
-Tensor<T, B> linear(const Tensor<T, B>& x, const Tensor<T, B>& w, const Tensor<T, B>& b) {
-  Shape row = b.shape().take_front(b.rank() - 1);
-  row.push_back(1);
-  row.push_back(b.dim(-1));
+Tensor<T, B> linear(const Tensor<T, B>& x, const Tensor<T, B>& w, const Tensor<T, B>& b,
+                    UnaryOp activation = UnaryOp::copy) {
   check(w.rank() >= 2 && b.dim(-1) == w.dim(-1) && b.rank() == w.rank() - 1, "linear",
         "bias {} does not match weight {}", b.shape(), w.shape());
-  Tensor<T, B> c =
-      expand(Tensor<T, B>::view(b, row), matmul_shape(x.shape(), w.shape(), false, false));
-  detail::matmul_into(x, w, c, false, false, T(1));
-  return c;
+  Tensor<T, B> y(matmul_shape(x.shape(), w.shape(), false, false));
+  if (y.numel() == 0) return y;
+  const Shape batch = y.shape().take_front(y.rank() - 2);
+  const Shape bias_batch = b.shape().take_front(b.rank() - 1);
+  std::optional<GemmLayout<T>> g = detail::gemm_layout(x, w, y.shape(), false, false);
+  if (!g || (bias_batch.numel() != 1 && bias_batch != batch))
+    return linear(expand(x, detail::with_batch(batch, x.shape(), 2)),
+                  expand(w, detail::with_batch(batch, w.shape(), 2)),
+                  expand(b, detail::with_batch(batch, b.shape(), 1)), activation);
+  LinearLayout<T> l{
+      .gemm = *g, .stride_bias = bias_batch.numel() == 1 ? 0 : g->n, .activation = activation};
+  if (l.stride_bias == 0) detail::merge_row_blocks(l.gemm);
+  B::linear(l, x.data(), w.data(), b.data(), y.data());
+  return y;
 }
 
 }  // namespace platipus::raw

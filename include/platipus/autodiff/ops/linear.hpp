@@ -1,12 +1,12 @@
 // linear(x, w, b) = x w + b: a batched matmul with a bias broadcast along the
-// rows, computed by one GEMM over the bias (beta = 1). Its backward uses the
-// matmul and sum_to ops, so it closes under differentiation like matmul.
+// rows, one backend call (raw::linear). Its backward uses the matmul and
+// sum_to ops, so it closes under differentiation like matmul.
 //
 // linear(x, w, b, activation) = activation(x w + b), an MLP's hidden layer,
-// as one op: the activation runs in place on the product, and the rule
-// takes the activation's derivative from the output (activation_backward),
-// then linear's. It computes the bits of linear followed by the activation
-// with one recorded op and one value fewer per layer.
+// as one op and the same one backend call: the rule takes the activation's
+// derivative from the output (activation_backward), then linear's. It
+// computes the bits of linear followed by the activation with one recorded
+// op and one value fewer per layer.
 #pragma once
 
 #include "platipus/autodiff/ops/activations.hpp"
@@ -44,13 +44,11 @@ template <class T, class B>
 Var<T, B> linear(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b,
                  Activation activation) {
   if (activation == Activation::none) return linear(x, w, b);
-  Tensor<T, B> y = raw::linear(x.value(), w.value(), b.value());
   const UnaryOp op = activation == Activation::relu   ? UnaryOp::relu
                      : activation == Activation::tanh ? UnaryOp::tanh
                                                       : UnaryOp::sigmoid;
-  B::unary(op, y.data(), y.data(), y.numel(), T(0));
   return record(
-      "linear_activation", {x, w, b}, std::move(y),
+      "linear_activation", {x, w, b}, raw::linear(x.value(), w.value(), b.value(), op),
       [activation](Backward<T, B>& c) {
         detail::linear_backward(c, activation_backward(activation, c.grad(), c.output()));
       },

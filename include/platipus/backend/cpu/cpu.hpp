@@ -19,6 +19,7 @@
 #include "platipus/backend/cpu/convolution.hpp"
 #include "platipus/backend/cpu/normalization.hpp"
 #include "platipus/backend/cpu/small_gemm.hpp"
+#include "platipus/backend/linear_in_parts.hpp"
 #include "platipus/core/philox.hpp"
 
 namespace platipus {
@@ -159,6 +160,10 @@ struct cpu {
   template <class T>
   static void gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c) {
     if (!detail::cpu_small_gemm::small_gemm(g, a, b, c)) eigen_gemm(g, a, b, c);
+  }
+  template <class T>
+  static void linear(const LinearLayout<T>& l, const T* a, const T* b, const T* bias, T* c) {
+    detail::linear_in_parts<cpu>(l, a, b, bias, c);
   }
   // Eigen's product for each matrix of the batch: the products small_gemm
   // does not take, and every product of a build without libxsmm.

@@ -89,6 +89,10 @@ struct cuda {
   // ---- GEMM ----
   template <class T>
   static void gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c);
+  // One cuBLASLt call with a bias (and ReLU) epilogue, or the three calls of
+  // linear_in_parts where cuBLASLt has no kernel for the layout.
+  template <class T>
+  static void linear(const LinearLayout<T>& l, const T* a, const T* b, const T* bias, T* c);
 
   // ---- indexing ----
   template <class T>
