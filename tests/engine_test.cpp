@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 
+#include "platipus/backend/counting.hpp"
 #include "platipus/platipus.hpp"
 
 using namespace platipus;
@@ -81,6 +82,35 @@ TEST_CASE("grad refuses what it cannot differentiate, naming shapes", "[grad][er
   Tape<double> other;
   const auto stranger = other.variable(Tensor<double>::ones({1}));
   CHECK_THROWS_WITH(grad(sum(y), stranger), Contains("different tape"));
+}
+
+TEST_CASE("a sum's gradient is broadcast by the add that meets it, and copied only when alone",
+          "[grad][backend]") {
+  using counted = CountingBackend<cpu>;
+  using C = Var<double, counted>;
+  Tape<double, counted> tape;
+  const auto x = tape.variable(Tensor<double, counted>::from_host({2, 3}, {1, -2, 3, 0.5, 4, -1}));
+  const auto w = tape.constant(Tensor<double, counted>::from_host({1, 3}, {10, 20, 30}));
+  const C rows = mul(sum_to(x, Shape{1, 3}), w), squares = mul(x, x);
+  const auto seed = [&](const C& y) {
+    return tape.constant(Tensor<double, counted>::ones(y.shape()));
+  };
+  const std::array<C, 1> inputs{x};
+  const std::array<C, 2> both{rows, squares}, seeds{seed(rows), seed(squares)};
+  counted::reset();
+  const C g =
+      grad(std::span<const C>(both), std::span<const C>(inputs), std::span<const C>(seeds))[0];
+  CHECK(g.shape() == Shape{2, 3});
+  CHECK(g.value().to<cpu>().to_vector() == std::vector<double>{12, 16, 36, 11, 28, 28});
+  CHECK(counted::calls()["strided_copy"] == 0);  // w's rows added by a broadcast
+
+  const std::array<C, 1> alone{rows}, alone_seed{seed(rows)};
+  counted::reset();
+  const C h = grad(std::span<const C>(alone), std::span<const C>(inputs),
+                   std::span<const C>(alone_seed))[0];
+  CHECK(h.shape() == Shape{2, 3});
+  CHECK(h.value().to<cpu>().to_vector() == std::vector<double>{10, 20, 30, 10, 20, 30});
+  CHECK(counted::calls()["strided_copy"] == 1);  // expanded once, for the caller
 }
 
 TEST_CASE("under a no-grad guard ops record nothing", "[grad]") {

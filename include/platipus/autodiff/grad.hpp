@@ -9,6 +9,11 @@
 // constants. The tape is never consumed: grad can be called again on the
 // same outputs until the tape ends (PyTorch's retain_graph, always on).
 //
+// A rule may give an input's gradient at the input's rank with axes of size
+// 1 where it is the same along them (sum_to's rule does): the sweep adds it
+// to the value's other gradients with a broadcast, and expands it only where
+// a rule or the caller reads it alone.
+//
 // What the sweep itself makes (a rule's temporaries, a value's gradient once
 // its producer has used it) is released as soon as nothing can read it: no
 // slot holds it and no recorded rule saved it (Tape::release). So without
@@ -30,6 +35,17 @@ struct GradOptions {
   // instead of throwing.
   bool allow_unused = false;
 };
+
+namespace detail {
+// Whether a gradient of shape g can stand for one of shape x: the same rank,
+// each axis x's or 1.
+inline bool broadcasts_at_rank(const Shape& g, const Shape& x) {
+  if (g.rank() != x.rank()) return false;
+  for (int i = 0; i < x.rank(); ++i)
+    if (g[i] != x[i] && g[i] != 1) return false;
+  return true;
+}
+}  // namespace detail
 
 // Gradients of sum_k <outputs[k], grad_outputs[k]> with respect to each input.
 // Without grad_outputs every output must be a single value (seed 1).
@@ -160,13 +176,16 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       if (!any_need) continue;
       in_grads.assign(node->inputs.size(), Var<T, B>());
       const std::size_t made = tape.values();
+      for (std::size_t k = 0; k < out_grads.size(); ++k)
+        if (out_grads[k].defined())
+          out_grads[k] = expand(out_grads[k], node->outputs[k]->data.shape());
       Backward<T, B> context(*node, out_grads, needs, in_grads);
       node->backward(context);
       for (std::size_t i = 0; i < node->inputs.size(); ++i) {
         if (!needs[i] || !in_grads[i].defined()) continue;
-        check(in_grads[i].shape() == node->inputs[i]->data.shape(), "grad",
-              "the backward rule of '{}' gave shape {} for input {} of shape {}", node->name,
-              in_grads[i].shape(), i, node->inputs[i]->data.shape());
+        check(detail::broadcasts_at_rank(in_grads[i].shape(), node->inputs[i]->data.shape()),
+              "grad", "the backward rule of '{}' gave shape {} for input {} of shape {}",
+              node->name, in_grads[i].shape(), i, node->inputs[i]->data.shape());
         accumulate(node->inputs[i], in_grads[i]);
       }
       // The rule's temporaries, then this node's output gradients: used up.
@@ -179,7 +198,9 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       }
     }
     for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].requires_grad()) result[i] = grads[slot(inputs[i].record())];
+      if (inputs[i].requires_grad() && in_range(inputs[i].record()))
+        if (const Var<T, B>& g = grads[slot(inputs[i].record())]; g.defined())
+          result[i] = expand(g, inputs[i].shape());
   }
 
   for (std::size_t i = 0; i < inputs.size(); ++i) {

@@ -2,6 +2,7 @@
 // the other's adjoint, which closes the pair under differentiation.
 #pragma once
 
+#include "platipus/autodiff/ops/reshape.hpp"
 #include "platipus/autodiff/record.hpp"
 #include "platipus/tensor/layout.hpp"
 #include "platipus/tensor/reduce.hpp"
@@ -22,12 +23,25 @@ Var<T, B> expand(const Var<T, B>& x, const Shape& shape) {
 
 // Sums x down to `shape`, which must broadcast to x's shape: the gradient of
 // a broadcast. x itself when the shapes agree.
+//
+// Its rule gives the gradient unexpanded, at x's rank with the summed axes of
+// size 1 (a view): grad broadcasts it where it lands, so that when it meets
+// another gradient of the same value the sum broadcasts it, and the expand's
+// copy is only made for a value that receives nothing else.
 template <class T, class B>
 Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   return record(
       "sum_to", {x}, raw::sum_to(x.value(), shape),
-      [](Backward<T, B>& c) { c.set(0, expand(c.grad(), c.input(0).shape())); }, saves_nothing);
+      [](Backward<T, B>& c) {
+        const Var<T, B> g = c.grad();
+        const Shape& to = c.input(0).shape();
+        Shape kept;
+        for (int i = 0; i < to.rank() - g.rank(); ++i) kept.push_back(1);
+        for (auto d : g.shape().dims()) kept.push_back(d);
+        c.set(0, reshape(g, kept));
+      },
+      saves_nothing);
 }
 
 }  // namespace platipus
