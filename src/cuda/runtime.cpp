@@ -336,9 +336,16 @@ void cuda::linear(const LinearLayout<T>& l, const T* a, const T* b, const T* bia
   if (!plan.fused) return detail::linear_in_parts<cuda>(l, a, b, bias, c);
   set(cublasLtMatmulDescSetAttribute, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   const T zero(0);
-  check_cublas(cublasLtMatmul(blas_lt(), plan.desc, &g.alpha, b, plan.a, a, plan.b, &zero, c,
-                              plan.d, c, plan.d, &plan.algo, nullptr, 0, cudaStreamPerThread),
-               "cublasLtMatmul");
+  // A kernel the heuristic offered may still refuse the call (NOT_SUPPORTED,
+  // queueing nothing): the layout then takes the three calls from now on.
+  const cublasStatus_t status =
+      cublasLtMatmul(blas_lt(), plan.desc, &g.alpha, b, plan.a, a, plan.b, &zero, c, plan.d, c,
+                     plan.d, &plan.algo, nullptr, 0, cudaStreamPerThread);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    plan.fused = false;
+    return detail::linear_in_parts<cuda>(l, a, b, bias, c);
+  }
+  check_cublas(status, "cublasLtMatmul");
   // cuBLASLt's epilogues have ReLU but not tanh or sigmoid.
   if (l.activation != UnaryOp::copy && l.activation != UnaryOp::relu)
     unary(l.activation, c, c, g.c_extent(), T(0));

@@ -23,6 +23,15 @@ std::vector<const Tensor<T, B>*> values(std::span<const Var<T, B>> x) {
   return v;
 }
 
+// Sets input inputs[k]'s gradient to s * g[k] for every k, with one op.
+template <class T, class B>
+void set_scaled(Backward<T, B>& c, std::span<const Var<T, B>> g,
+                std::span<const std::size_t> inputs, T s) {
+  if (g.empty()) return;
+  const auto scaled = foreach_scale(g, s);
+  for (std::size_t k = 0; k < inputs.size(); ++k) c.set(inputs[k], scaled[k]);
+}
+
 }  // namespace detail
 
 // s * x_i for every i.
@@ -40,9 +49,8 @@ std::vector<Var<T, B>> foreach_scale(std::span<const Var<T, B>> x, T s) {
             g.push_back(c.grad(i));
             inputs.push_back(i);
           }
-        if (g.empty()) return;
-        const auto scaled = foreach_scale(std::span<const Var<T, B>>(g), s);
-        for (std::size_t k = 0; k < inputs.size(); ++k) c.set(inputs[k], scaled[k]);
+        detail::set_scaled(c, std::span<const Var<T, B>>(g), std::span<const std::size_t>(inputs),
+                           s);
       },
       saves_nothing);
 }
@@ -71,9 +79,8 @@ std::vector<Var<T, B>> foreach_add_scaled(std::span<const Var<T, B>> a,
             inputs.push_back(n + i);
           }
         }
-        if (g.empty()) return;
-        const auto scaled = foreach_scale(std::span<const Var<T, B>>(g), s);
-        for (std::size_t k = 0; k < inputs.size(); ++k) c.set(inputs[k], scaled[k]);
+        detail::set_scaled(c, std::span<const Var<T, B>>(g), std::span<const std::size_t>(inputs),
+                           s);
       },
       saves_nothing);
 }
