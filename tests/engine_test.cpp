@@ -113,6 +113,30 @@ TEST_CASE("a sum's gradient is broadcast by the add that meets it, and copied on
   CHECK(counted::calls()["strided_copy"] == 1);  // expanded once, for the caller
 }
 
+TEST_CASE("a value's gradients are added by one add_n in a sweep that records nothing",
+          "[grad][backend]") {
+  // x and y each reach the output three ways. A recording sweep adds each
+  // gradient as it comes; one that records nothing holds up to three and adds
+  // them with one call, in the same order (float: the same bits).
+  using counted = CountingBackend<cpu>;
+  using C = Var<float, counted>;
+  Tape<float, counted> tape;
+  Generator gen(80);
+  const auto x = tape.variable(raw::normal<float>({3, 4}, gen).to<counted>());
+  const auto y = tape.variable(raw::normal<float>({3, 4}, gen).to<counted>());
+  const C out = sum(add(add(mul(x, y), mul(exp(x), x)), mul(y, y)));
+  const std::array<C, 2> inputs{x, y};
+  const auto sweep = [&](bool create_graph) {
+    counted::reset();
+    const auto g = grad(out, std::span<const C>(inputs), {.create_graph = create_graph});
+    const KernelCalls calls = counted::calls();
+    CHECK(calls["add_n"] == (create_graph ? 0u : 2u));
+    CHECK(calls["binary add"] == (create_graph ? 4u : 0u));
+    return std::array{g[0].value().to<cpu>().to_vector(), g[1].value().to<cpu>().to_vector()};
+  };
+  CHECK(sweep(false) == sweep(true));
+}
+
 TEST_CASE("under a no-grad guard ops record nothing", "[grad]") {
   Tape<double> tape;
   const auto x = tape.variable(Tensor<double>::ones({2}));

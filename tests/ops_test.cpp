@@ -159,6 +159,30 @@ TEST_CASE("foreach kernels take any number of pieces, a call per capacity, each 
                     Contains("piece 29") && Contains("[2, 3]") && Contains("[1, 3]"));
 }
 
+TEST_CASE("add_n adds its summands in order, with the bits of a chain of adds", "[ops]") {
+  // Float summands of very different sizes, where another order would round
+  // differently.
+  Generator gen(79);
+  const auto a = raw::normal<float>({4, 33}, gen), b = raw::map(UnaryOp::scale, a, -1e7f),
+             c = raw::normal<float>({4, 33}, gen);
+  const auto chain = [](std::vector<const Tensor<float>*> x) {
+    Tensor<float> s = raw::map(BinaryOp::add, *x[0], *x[1], "add");
+    for (std::size_t k = 2; k < x.size(); ++k) s = raw::map(BinaryOp::add, s, *x[k], "add");
+    return s.to_vector();
+  };
+  for (const std::vector<const Tensor<float>*>& x :
+       {std::vector{&a, &b}, std::vector{&b, &c}, std::vector{&a, &b, &c}, std::vector{&c, &b, &a}})
+    CHECK(raw::add_n(std::span<const Tensor<float>* const>(x)).to_vector() == chain(x));
+  const auto d = raw::normal<float>({4, 32}, gen);
+  const std::vector<const Tensor<float>*> one{&a}, four{&a, &b, &c, &a}, unlike{&a, &d};
+  CHECK_THROWS_WITH(raw::add_n(std::span<const Tensor<float>* const>(one)),
+                    Contains("1 summands given; it takes 2 to 3"));
+  CHECK_THROWS_WITH(raw::add_n(std::span<const Tensor<float>* const>(four)),
+                    Contains("4 summands given"));
+  CHECK_THROWS_WITH(raw::add_n(std::span<const Tensor<float>* const>(unlike)),
+                    Contains("summand 1 is [4, 32], summand 0 [4, 33]"));
+}
+
 TEST_CASE("power, exponential and activation ops pass first and second order checks", "[ops]") {
   SECTION("pow") {
     check_derivatives([](auto x) { return pow(x[0], 3.5); }, list(positive({5}, 11)));

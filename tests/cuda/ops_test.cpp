@@ -36,6 +36,10 @@ TEMPLATE_TEST_CASE("arithmetic ops with broadcasting match the CPU backend", "[c
     check_op<T>([](auto x) { return add_scaled(x[0] * x[1], x[1], T(-0.3)); },
                 list(normal<T>({2, 3}, 10), normal<T>({2, 3}, 11)));
   }
+  SECTION("a value with three gradients (add_n in a sweep that records nothing)") {
+    check_op<T>([](auto x) { return x[0] * x[1] + exp(x[0]) * x[0]; },
+                list(normal<T>({2, 3}, 92), normal<T>({2, 3}, 93)));
+  }
   SECTION("scale and shift") {
     check_op<T>([](auto x) { return (2.5 * x[0] - 1.0) * (x[0] / 4.0 + 3.0) * (1.0 - x[0]); },
                 list(normal<T>({4}, 12)));

@@ -21,6 +21,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -116,7 +118,11 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     }
 
     GradModeGuard mode(options.create_graph);
-    std::vector<Var<T, B>> grads(span);
+    struct Summands {
+      std::array<Var<T, B>, SummandsLayout<T>::capacity> parts;
+      int count = 0;
+    };
+    std::vector<Summands> grads(span);
     // How many slots hold each value made from here on (id >= fresh).
     const std::size_t fresh = tape.values();
     std::vector<std::uint32_t> holds;
@@ -132,18 +138,47 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     auto let_go = [&](const Var<T, B>& g) {
       if (auto* h = held(g); h && --*h == 0) tape.release(g.record());
     };
-    auto accumulate = [&](const Value* v, Var<T, B> g) {
-      Var<T, B>& s = grads[slot(v)];
-      if (!s.defined()) {
-        s = g;
-        if (auto* h = held(g)) ++*h;
-        return;
+    // A value's gradients are added in the order they arrive. A sweep that
+    // records (create_graph) adds each as it comes; one that does not holds
+    // up to the backend's gradients_per_add and adds them with one add_n (the
+    // chain's bits) when they fill it or the gradient is read.
+    static_assert(B::gradients_per_add >= 2 && B::gradients_per_add <= SummandsLayout<T>::capacity);
+    const int fold_at = options.create_graph ? 2 : B::gradients_per_add;
+    auto fold = [&](Summands& p, const Value* v) {
+      if (p.count < 2) return;
+      const auto parts =
+          std::span<const Var<T, B>>(p.parts.data(), static_cast<std::size_t>(p.count));
+      Var<T, B> sum = parts[0];
+      if (!options.create_graph &&
+          std::ranges::all_of(parts, [&](const auto& g) { return g.shape() == v->data.shape(); })) {
+        std::array<const Tensor<T, B>*, SummandsLayout<T>::capacity> values{};
+        for (std::size_t k = 0; k < parts.size(); ++k) values[k] = &parts[k].value();
+        sum = tape.constant(
+            raw::add_n(std::span<const Tensor<T, B>* const>(values.data(), parts.size())));
+      } else {
+        for (std::size_t k = 1; k < parts.size(); ++k) {
+          const Var<T, B> previous = sum;
+          sum = add(previous, parts[k]);
+          if (k > 1) release_unheld(previous);
+        }
       }
-      const Var<T, B> previous = s;
-      s = add(previous, g);
-      ++*held(s);
-      let_go(previous);
-      release_unheld(g);
+      if (auto* h = held(sum)) ++*h;
+      for (const auto& g : parts) let_go(g);
+      p = Summands{};
+      p.parts[0] = sum;
+      p.count = 1;
+    };
+    auto accumulate = [&](const Value* v, Var<T, B> g) {
+      Summands& p = grads[slot(v)];
+      if (auto* h = held(g)) ++*h;
+      p.parts[static_cast<std::size_t>(p.count++)] = std::move(g);
+      if (p.count == fold_at) fold(p, v);
+    };
+    // The gradient of v so far (undefined if none has reached it).
+    auto gradient = [&](const Value* v) {
+      Summands& p = grads[slot(v)];
+      fold(p, v);
+      return p.count ? p.parts[0] : Var<T, B>();
     };
     std::vector<char> wanted(span, 0);  // slots read after the sweep
     for (const auto& x : inputs)
@@ -162,7 +197,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       out_grads.clear();
       bool any_grad = false;
       for (const Value* v : node->outputs) {
-        out_grads.push_back(grads[slot(v)]);
+        out_grads.push_back(gradient(v));
         any_grad = any_grad || out_grads.back().defined();
       }
       if (!any_grad) continue;
@@ -192,14 +227,15 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       for (std::size_t id = made; id < tape.values(); ++id)
         release_unheld(Var<T, B>(tape.value_at(id)));
       for (const Value* v : node->outputs) {
-        if (wanted[slot(v)] || !grads[slot(v)].defined()) continue;
-        const Var<T, B> g = std::exchange(grads[slot(v)], Var<T, B>());
+        if (wanted[slot(v)] || grads[slot(v)].count == 0) continue;
+        const Var<T, B> g = gradient(v);
+        grads[slot(v)] = Summands{};
         let_go(g);
       }
     }
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i].requires_grad() && in_range(inputs[i].record()))
-        if (const Var<T, B>& g = grads[slot(inputs[i].record())]; g.defined())
+        if (const Var<T, B> g = gradient(inputs[i].record()); g.defined())
           result[i] = expand(g, inputs[i].shape());
   }
 

@@ -22,6 +22,7 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
                            const LinearLayout<float>& lf, const LinearLayout<double>& ld,
                            const PiecesLayout<float>& pf, const PiecesLayout<double>& pd,
+                           const SummandsLayout<float>& sf, const SummandsLayout<double>& sd,
                            const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool,
                            const NormLayout& norm, std::int64_t* positions, std::uint64_t u,
                            const TaskStreams& ts) {
@@ -34,6 +35,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   // settings leave it open (task_chunks = 0): a function of the batch alone,
   // never of the thread count, so that a seed gives the same bits anywhere.
   { B::default_task_chunks(n) } -> std::same_as<std::int64_t>;
+  // How many gradients of one value a sweep that records nothing holds before
+  // adding them with one add_n call (2: each is added as it comes; at most
+  // SummandsLayout's capacity): fewer calls, each gradient held a little longer.
+  { B::gradients_per_add } -> std::convertible_to<int>;
 
   // Memory: cached allocation (no device allocation per op in steady state),
   // byte copies within the device and across the host boundary.
@@ -69,6 +74,9 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::foreach_axpy(pd, 1.0)};
   {B::foreach_unary(UnaryOp::scale, pf, 1.0f)};
   {B::foreach_unary(UnaryOp::scale, pd, 1.0)};
+  // y = x_0 + x_1 + ... in that order (SummandsLayout, 2 to its capacity).
+  {B::add_n(sf)};
+  {B::add_n(sd)};
 
   // Reductions over the axes that a layout maps to one output element.
   {B::reduce(ReduceOp::sum, x, y, rl)};

@@ -51,6 +51,7 @@ template <Backend B>
 struct CountingBackend : B {
   static int default_threads() { return 1; }
   static std::int64_t default_task_chunks(std::int64_t /*tasks*/) { return 1; }
+  static constexpr int gradients_per_add = SummandsLayout<float>::capacity;
 
   // The calls since the last reset(), from every thread.
   static KernelCalls calls() {
@@ -109,6 +110,11 @@ struct CountingBackend : B {
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
     count("foreach_unary", op_name(op));
     B::foreach_unary(op, l, s);
+  }
+  template <class T>
+  static void add_n(const SummandsLayout<T>& l) {
+    count("add_n");
+    B::add_n(l);
   }
   template <class T>
   static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {

@@ -111,6 +111,18 @@ struct PiecesLayout {
   std::array<std::int64_t, capacity> n{};
 };
 
+// y = x[0] + x[1] + ... + x[count - 1], added in that order, over n
+// contiguous elements: the gradients one value receives, summed by one call
+// (autodiff/grad.hpp) with the bits of adding them one by one.
+template <class T>
+struct SummandsLayout {
+  static constexpr int capacity = 3;
+  int count = 0;
+  std::array<const T*, capacity> x{};
+  T* y = nullptr;
+  std::int64_t n = 0;
+};
+
 // A tensor viewed as [outer, axis, inner] for gather / scatter-add along axis.
 struct IndexLayout {
   std::int64_t outer = 1, inner = 1;

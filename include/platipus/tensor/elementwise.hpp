@@ -3,6 +3,7 @@
 // axpy and unary maps over lists of tensors.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "platipus/tensor/tensor.hpp"
@@ -114,6 +115,24 @@ std::vector<Tensor<T, B>> foreach_map(UnaryOp op, const std::vector<const Tensor
                                       T scalar = T(0)) {
   return detail::map_pieces(x, {},
                             [&](const PiecesLayout<T>& l) { B::foreach_unary(op, l, scalar); });
+}
+
+// x[0] + x[1] + ... in that order, all of one shape, in one backend call (2
+// to SummandsLayout's capacity of summands).
+template <class T, class B>
+Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x) {
+  constexpr auto capacity = static_cast<std::size_t>(SummandsLayout<T>::capacity);
+  check(x.size() >= 2 && x.size() <= capacity, "add_n", "{} summands given; it takes 2 to {}",
+        x.size(), capacity);
+  for (std::size_t i = 1; i < x.size(); ++i)
+    check(x[i]->shape() == x[0]->shape(), "add_n", "summand {} is {}, summand 0 {}", i,
+          x[i]->shape(), x[0]->shape());
+  Tensor<T, B> y(x[0]->shape());
+  if (y.numel() == 0) return y;
+  SummandsLayout<T> l{.count = static_cast<int>(x.size()), .y = y.data(), .n = y.numel()};
+  for (std::size_t i = 0; i < x.size(); ++i) l.x[i] = x[i]->data();
+  B::add_n(l);
+  return y;
 }
 
 // mask ? a : b elementwise; all three of one shape.

@@ -34,6 +34,9 @@ struct cpu {
   // One chunk per task: the meta-gradient's sums then run over task indices
   // in a fixed order, the same bits for 1 or 16 cores.
   static std::int64_t default_task_chunks(std::int64_t tasks) { return tasks; }
+  // Each as it comes: on a core an add of three makes the passes over memory
+  // of two adds, and holding gradients costs memory (conv4's are large).
+  static constexpr int gradients_per_add = 2;
 
   // ---- memory ----
   static void* allocate(std::size_t bytes) { return Cache::local().allocate(bytes); }
@@ -97,6 +100,12 @@ struct cpu {
   template <class T>
   static void foreach_axpy(const PiecesLayout<T>& l, T s) {
     for (int i = 0; i < l.count; ++i) axpy(l.a[i], l.b[i], l.y[i], l.n[i], s);
+  }
+  template <class T>
+  static void add_n(const SummandsLayout<T>& l) {
+    for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = l.x[0][i] + l.x[1][i];
+    for (int k = 2; k < l.count; ++k)
+      for (std::int64_t i = 0; i < l.n; ++i) l.y[i] += l.x[k][i];
   }
   template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {

@@ -40,6 +40,8 @@ struct cuda {
   static int default_threads() { return 1; }
   // The whole meta-batch on one tape: one stream's work, recordable as a graph.
   static std::int64_t default_task_chunks(std::int64_t /*tasks*/) { return 1; }
+  // Three at once: a kernel launch costs more than holding a gradient.
+  static constexpr int gradients_per_add = SummandsLayout<float>::capacity;
 
   // ---- memory ----
   // Device blocks from a per-thread cache: no cudaMalloc per op in steady state.
@@ -72,6 +74,8 @@ struct cuda {
   static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n);
   template <class T>
   static void foreach_axpy(const PiecesLayout<T>& l, T s);
+  template <class T>
+  static void add_n(const SummandsLayout<T>& l);
   template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s);
   template <class T>

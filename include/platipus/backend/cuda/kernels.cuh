@@ -113,6 +113,15 @@ __global__ void axpy_kernel(const T* a, const T* b, T* y, std::int64_t n, T s) {
 // Foreach kernels: blockIdx.y picks the piece, a grid-stride loop along x
 // covers its elements.
 template <class T>
+__global__ void add_n_kernel(SummandsLayout<T> l) {
+  for (std::int64_t i = thread_index(); i < l.n; i += thread_count()) {
+    T s = l.x[0][i] + l.x[1][i];
+    for (int k = 2; k < l.count; ++k) s += l.x[static_cast<std::size_t>(k)][i];
+    l.y[i] = s;
+  }
+}
+
+template <class T>
 __global__ void foreach_axpy_kernel(PiecesLayout<T> l, T s) {
   const int p = static_cast<int>(blockIdx.y);
   const T *a = l.a[p], *b = l.b[p];
@@ -540,6 +549,11 @@ void cuda::binary(BinaryOp op, const T* a, const T* b, T* y, const BroadcastLayo
 template <class T>
 void cuda::axpy(const T* a, const T* b, T* y, std::int64_t n, T s) {
   cuda_kernels::launch("cuda::axpy", n, cuda_kernels::axpy_kernel<T>, a, b, y, n, s);
+}
+
+template <class T>
+void cuda::add_n(const SummandsLayout<T>& l) {
+  cuda_kernels::launch("cuda::add_n", l.n, cuda_kernels::add_n_kernel<T>, l);
 }
 
 template <class T>
