@@ -159,6 +159,78 @@ TEST_CASE("foreach kernels take any number of pieces, a call per capacity, each 
                     Contains("piece 29") && Contains("[2, 3]") && Contains("[1, 3]"));
 }
 
+TEST_CASE("flatten copies unbatched pieces with a foreach call per capacity, batched ones apart",
+          "[ops][flatten]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  constexpr int count = PiecesLayout<double>::capacity + 6;
+  std::vector<Shape> shapes;
+  for (int i = 0; i < count; ++i) shapes.push_back(i == 3 ? Shape{0} : Shape{i % 4 + 1, 2});
+  for (const std::int64_t tasks : {1, 2}) {
+    const Shape batch = tasks == 1 ? Shape{} : Shape{tasks};
+    Tape<double, counted> tape;
+    std::vector<CountedVar> pieces;
+    std::vector<std::vector<double>> values;
+    for (int i = 0; i < count; ++i) {
+      const auto value = normal(detail::with_batch(batch, shapes[static_cast<std::size_t>(i)]),
+                                300 + static_cast<std::uint64_t>(i));
+      values.push_back(value.to_vector());
+      pieces.push_back(i == 7 ? CountedVar{} : tape.constant(value.to<counted>()));
+    }
+    counted::reset();
+    const auto flat = flatten(std::span<const CountedVar>(pieces), batch, shapes);
+    const KernelCalls calls = counted::calls();
+    // 28 pieces with elements (one is empty, one undefined and left zero).
+    if (tasks == 1) {
+      CHECK(calls["foreach_unary copy"] == 2);
+      CHECK(calls["strided_copy"] == 0);
+    } else {
+      CHECK(calls["foreach_unary copy"] == 0);
+      CHECK(calls["strided_copy"] == 28);
+    }
+    const auto got = flat.value().to<cpu>().to_vector();
+    std::size_t at = 0;
+    for (std::int64_t t = 0; t < tasks; ++t)
+      for (int i = 0; i < count; ++i) {
+        const auto n = static_cast<std::size_t>(shapes[static_cast<std::size_t>(i)].numel());
+        for (std::size_t j = 0; j < n; ++j, ++at)
+          CHECK(got[at] ==
+                (i == 7
+                     ? 0.0
+                     : values[static_cast<std::size_t>(i)][static_cast<std::size_t>(t) * n + j]));
+      }
+    CHECK(at == got.size());
+  }
+}
+
+TEST_CASE("rules that map their gradient elementwise read it unexpanded unless the sweep records",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  // sum's gradient reaches each rule below as [1, 1]: without create_graph
+  // no rule copies it to [5, 4], with it each recorded rule reads the
+  // expanded gradient as before; the two give the same bits.
+  const auto x0 = normal({5, 4}, 400);
+  std::vector<double> rows(20, 0.0);
+  for (std::size_t r = 0; r < 5; ++r) rows[r * 4 + (r * 3) % 4] = 1.0;  // one-hot
+  const auto targets = Tensor<double>::from_host({5, 4}, rows);
+  for (const bool logits : {false, true}) {
+    std::vector<double> results[2];
+    for (const bool create_graph : {false, true}) {
+      Tape<double, counted> tape;
+      const CountedVar x = tape.variable(x0.to<counted>());
+      const CountedVar y =
+          logits ? sum(scale(cross_entropy_with_logits(x, targets.to<counted>()), 0.3))
+                 : sum(scale(neg(square(shift(x, 0.5))), 0.3));
+      counted::reset();
+      const auto g = grad(y, x, {.create_graph = create_graph});
+      CHECK((counted::calls()["strided_copy"] == 0) == !create_graph);
+      results[create_graph] = g.value().to<cpu>().to_vector();
+    }
+    CHECK(results[0] == results[1]);
+  }
+}
+
 TEST_CASE("add_n adds its summands in order, with the bits of a chain of adds", "[ops]") {
   // Float summands of very different sizes, where another order would round
   // differently.

@@ -12,7 +12,8 @@
 // A rule may give an input's gradient at the input's rank with axes of size
 // 1 where it is the same along them (sum_to's rule does): the sweep adds it
 // to the value's other gradients with a broadcast, and expands it only where
-// a rule or the caller reads it alone.
+// the caller or a rule reads it alone (Backward::grad; a rule that maps it
+// elementwise reads it as it is, Backward::broadcast_grad).
 //
 // What the sweep itself makes (a rule's temporaries, a value's gradient once
 // its producer has used it) is released as soon as nothing can read it: no
@@ -210,10 +211,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       }
       if (!any_need) continue;
       in_grads.assign(node->inputs.size(), Var<T, B>());
-      const std::size_t made = tape.values();
-      for (std::size_t k = 0; k < out_grads.size(); ++k)
-        if (out_grads[k].defined())
-          out_grads[k] = expand(out_grads[k], node->outputs[k]->data.shape());
+      const std::size_t made = tape.values();  // the rule's temporaries, expansions included
       Backward<T, B> context(*node, out_grads, needs, in_grads);
       node->backward(context);
       for (std::size_t i = 0; i < node->inputs.size(); ++i) {

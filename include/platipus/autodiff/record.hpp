@@ -17,20 +17,37 @@
 
 namespace platipus {
 
+template <class T, class B>
+Var<T, B> expand(const Var<T, B>& x, const Shape& shape);
+
 // What a backward rule sees: the node's inputs and outputs, the gradients
 // flowing into its outputs, and which input gradients are wanted.
 template <class T, class B>
 class Backward {
  public:
-  Backward(detail::Node<T, B>& node, std::span<const Var<T, B>> grads, std::span<const char> needs,
+  Backward(detail::Node<T, B>& node, std::span<Var<T, B>> grads, std::span<const char> needs,
            std::span<Var<T, B>> results)
       : node_(node), grads_(grads), needs_(needs), results_(results) {}
 
   Var<T, B> input(std::size_t i) const { return Var<T, B>(node_.inputs[i]); }
   Var<T, B> output(std::size_t k = 0) const { return Var<T, B>(node_.outputs[k]); }
-  // The gradient of the k-th output; undefined when none flowed into it
-  // (only possible for ops with several outputs).
-  Var<T, B> grad(std::size_t k = 0) const { return grads_[k]; }
+  // The gradient of the k-th output, at the output's shape; undefined when
+  // none flowed into it (only possible for ops with several outputs).
+  Var<T, B> grad(std::size_t k = 0) const {
+    Var<T, B>& g = grads_[k];
+    if (g.defined() && g.shape() != node_.outputs[k]->data.shape())
+      g = expand(g, node_.outputs[k]->data.shape());
+    return g;
+  }
+  // The gradient as it arrived, which may broadcast to the output's shape at
+  // its rank (sum_to's rule gives such): for rules that only map it
+  // elementwise or broadcast it against a full-shape operand, so that no copy
+  // expands it (issue 38). A sweep that records gets grad(k), so that the
+  // graph it records, and the bits of that graph's own derivatives, are those
+  // of the expanded gradient.
+  Var<T, B> broadcast_grad(std::size_t k = 0) const {
+    return GradMode::enabled() ? grad(k) : grads_[k];
+  }
   bool needs(std::size_t i) const { return needs_[i] != 0; }
   void set(std::size_t i, Var<T, B> g) { results_[i] = g; }
   std::size_t input_count() const { return node_.inputs.size(); }
@@ -39,7 +56,7 @@ class Backward {
 
  private:
   detail::Node<T, B>& node_;
-  std::span<const Var<T, B>> grads_;
+  std::span<Var<T, B>> grads_;
   std::span<const char> needs_;
   std::span<Var<T, B>> results_;
 };

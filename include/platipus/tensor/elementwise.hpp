@@ -69,28 +69,45 @@ Tensor<T, B> axpy(const Tensor<T, B>& a, const Tensor<T, B>& b, T s) {
 
 namespace detail {
 
-// New tensors shaped as x's, written by launch(PiecesLayout) in calls of up
-// to PiecesLayout::capacity pieces; b, when not empty, pairs with x.
-template <class T, class B, class Launch>
-std::vector<Tensor<T, B>> map_pieces(const std::vector<const Tensor<T, B>*>& x,
-                                     const std::vector<const Tensor<T, B>*>& b, Launch launch) {
-  std::vector<Tensor<T, B>> y;
-  y.reserve(x.size());
+// launch(PiecesLayout) over pieces i of n[i] > 0 elements (a[i], b[i] when b
+// is not empty, y[i]), in calls of up to PiecesLayout::capacity pieces.
+template <class T, class Launch>
+void launch_pieces(std::span<const T* const> a, std::span<const T* const> b, std::span<T* const> y,
+                   std::span<const std::int64_t> n, Launch launch) {
   PiecesLayout<T> l;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    y.emplace_back(x[i]->shape());
-    if (x[i]->numel() == 0) continue;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (n[i] == 0) continue;
     const auto k = static_cast<std::size_t>(l.count++);
-    l.a[k] = x[i]->data();
-    l.b[k] = b.empty() ? nullptr : b[i]->data();
-    l.y[k] = y.back().data();
-    l.n[k] = x[i]->numel();
+    l.a[k] = a[i];
+    l.b[k] = b.empty() ? nullptr : b[i];
+    l.y[k] = y[i];
+    l.n[k] = n[i];
     if (l.count == PiecesLayout<T>::capacity) {
       launch(l);
       l.count = 0;
     }
   }
   if (l.count > 0) launch(l);
+}
+
+// New tensors shaped as x's, written by launch(PiecesLayout); b, when not
+// empty, pairs with x.
+template <class T, class B, class Launch>
+std::vector<Tensor<T, B>> map_pieces(const std::vector<const Tensor<T, B>*>& x,
+                                     const std::vector<const Tensor<T, B>*>& b, Launch launch) {
+  std::vector<Tensor<T, B>> y;
+  y.reserve(x.size());
+  std::vector<const T*> xs, bs;
+  std::vector<T*> ys;
+  std::vector<std::int64_t> n;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    y.emplace_back(x[i]->shape());
+    xs.push_back(x[i]->data());
+    if (!b.empty()) bs.push_back(b[i]->data());
+    ys.push_back(y.back().data());
+    n.push_back(x[i]->numel());
+  }
+  launch_pieces<T>(xs, bs, ys, n, launch);
   return y;
 }
 

@@ -17,21 +17,21 @@ template <class T, class B>
 Var<T, B> neg(const Var<T, B>& x) {
   return record(
       "neg", {x}, raw::map(UnaryOp::neg, x.value()),
-      [](Backward<T, B>& c) { c.set(0, neg(c.grad())); }, saves_nothing);
+      [](Backward<T, B>& c) { c.set(0, neg(c.broadcast_grad())); }, saves_nothing);
 }
 
 template <class T, class B>
 Var<T, B> scale(const Var<T, B>& x, T s) {
   return record(
       "scale", {x}, raw::map(UnaryOp::scale, x.value(), s),
-      [s](Backward<T, B>& c) { c.set(0, scale(c.grad(), s)); }, saves_nothing);
+      [s](Backward<T, B>& c) { c.set(0, scale(c.broadcast_grad(), s)); }, saves_nothing);
 }
 
 template <class T, class B>
 Var<T, B> shift(const Var<T, B>& x, T s) {
   return record(
       "shift", {x}, raw::map(UnaryOp::add_scalar, x.value(), s),
-      [](Backward<T, B>& c) { c.set(0, c.grad()); }, saves_nothing);
+      [](Backward<T, B>& c) { c.set(0, c.broadcast_grad()); }, saves_nothing);
 }
 
 template <class T, class B>

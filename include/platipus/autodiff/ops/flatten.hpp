@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "platipus/autodiff/record.hpp"
+#include "platipus/tensor/elementwise.hpp"
 #include "platipus/tensor/layout.hpp"
 
 namespace platipus {
@@ -72,6 +73,9 @@ Var<T, B> flatten(std::span<const Var<T, B>> pieces, const Shape& batch,
       complete ? Tensor<T, B>(Shape{outer, total}) : Tensor<T, B>::zeros(Shape{outer, total});
   const Strides out_strides = contiguous_strides(out.shape());
   std::vector<Var<T, B>> inputs;
+  std::vector<const T*> from;
+  std::vector<T*> to;
+  std::vector<std::int64_t> sizes;
   std::int64_t offset = 0;
   for (std::size_t k = 0; k < pieces.size(); ++k) {
     const std::int64_t n = shapes[k].numel();
@@ -79,13 +83,24 @@ Var<T, B> flatten(std::span<const Var<T, B>> pieces, const Shape& batch,
       check(pieces[k].shape() == detail::with_batch(batch, shapes[k]), "flatten",
             "piece {} has shape {}, expected {}", k, pieces[k].shape(),
             detail::with_batch(batch, shapes[k]));
-      const Shape block{outer, n};
-      raw::detail::copy_block<T, B>(pieces[k].value().data(), contiguous_strides(block),
-                                    out.data() + offset, out_strides, block);
+      if (outer == 1) {
+        from.push_back(pieces[k].value().data());
+        to.push_back(out.data() + offset);
+        sizes.push_back(n);
+      } else {
+        const Shape block{outer, n};
+        raw::detail::copy_block<T, B>(pieces[k].value().data(), contiguous_strides(block),
+                                      out.data() + offset, out_strides, block);
+      }
       inputs.push_back(pieces[k]);
     }
     offset += n;
   }
+  // Without batch axes each piece is one contiguous block of the output: one
+  // foreach call copies them all (a single kernel on a device, issue 38).
+  raw::detail::launch_pieces<T>(from, {}, to, sizes, [](const PiecesLayout<T>& l) {
+    B::foreach_unary(UnaryOp::copy, l, T(0));
+  });
   Shape out_shape = batch;
   out_shape.push_back(total);
   check(!inputs.empty(), "flatten", "all {} pieces are undefined", pieces.size());

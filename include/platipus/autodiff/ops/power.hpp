@@ -7,8 +7,9 @@ namespace platipus {
 
 template <class T, class B>
 Var<T, B> square(const Var<T, B>& x) {
-  return record("square", {x}, raw::map(UnaryOp::square, x.value()),
-                [](Backward<T, B>& c) { c.set(0, scale(mul(c.grad(), c.input(0)), T(2))); });
+  return record("square", {x}, raw::map(UnaryOp::square, x.value()), [](Backward<T, B>& c) {
+    c.set(0, scale(mul(c.broadcast_grad(), c.input(0)), T(2)));
+  });
 }
 
 // d x^p / dx = p x^(p-1).

@@ -73,10 +73,14 @@ Var<T, B> cross_entropy_with_logits(const Var<T, B>& logits, Tensor<T, B> target
   const std::array<Var<T, B>, 2> inputs{logits, logits.tape().constant(std::move(targets))};
   return record_many(
       "cross_entropy_with_logits", std::span<const Var<T, B>>(inputs), std::move(results),
-      [kept](Backward<T, B>& c) {
-        const auto p = c.output(1), gl = c.grad(0), gp = c.grad(1);
+      [](Backward<T, B>& c) {
+        const auto p = c.output(1), gl = c.broadcast_grad(0), gp = c.grad(1);
         Var<T, B> dz;
-        if (gl.defined()) dz = mul(reshape(gl, kept), sub(p, c.input(1)));
+        if (gl.defined()) {
+          Shape rows = gl.shape();  // kept's shape, or one that broadcasts to it
+          rows.push_back(1);
+          dz = mul(reshape(gl, rows), sub(p, c.input(1)));
+        }
         if (gp.defined()) {
           const auto pg = mul(p, gp);
           const auto jacobian_product = sub(pg, mul(p, sum(pg, {-1}, true)));
