@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "derivative_checks.hpp"
+#include "platipus/backend/counting.hpp"
 #include "platipus/core/stop_signals.hpp"
 #include "platipus/io/checkpoint.hpp"
 #include "platipus/io/metrics.hpp"

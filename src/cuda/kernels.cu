@@ -17,7 +17,7 @@ namespace platipus {
   template void cuda::add_n<T>(const SummandsLayout<T>&);                                          \
   template void cuda::foreach_unary<T>(UnaryOp, const PiecesLayout<T>&, T);                        \
   template void cuda::select<T>(const T*, const T*, const T*, T*, std::int64_t);                   \
-  template void cuda::adam<T>(T*, T*, T*, const T*, std::int64_t, const AdamStep<T>&, const T*);   \
+  template void cuda::adam<T>(const AdamLayout<T>&, const AdamStep<T>&, const T*);                 \
   template void cuda::reduce<T>(ReduceOp, const T*, T*, const ReduceLayout&);                      \
   template void cuda::strided_copy<T>(const T*, T*, const CopyLayout&);                            \
   template void cuda::gather<T>(const T*, const std::int64_t*, T*, const IndexLayout&);            \

@@ -66,8 +66,19 @@ TEMPLATE_TEST_CASE("the fused in-place Adam step matches the CPU backend", "[cud
   const auto dg = on_device(g);
   const AdamStep<T> step{T(0.8), T(0.99), T(1e-6), T(0.01)};
   const Tensor<T> t = Tensor<T>::full({1}, T(3));
-  cpu::adam(p.data(), m.data(), v.data(), g.data(), p.numel(), step, t.data());
-  cuda::adam(dp.data(), dm.data(), dv.data(), dg.data(), dp.numel(), step, on_device(t).data());
+  // Two pieces of one call: the first 3000 elements and the last 2000.
+  AdamLayout<T> host, device;
+  host.count = device.count = 2;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const std::int64_t at = k == 0 ? 0 : 3000;
+    host.n[k] = device.n[k] = k == 0 ? 3000 : 2000;
+    host.p[k] = p.data() + at, host.m[k] = m.data() + at, host.v[k] = v.data() + at;
+    host.g[k] = g.data() + at;
+    device.p[k] = dp.data() + at, device.m[k] = dm.data() + at, device.v[k] = dv.data() + at;
+    device.g[k] = dg.data() + at;
+  }
+  cpu::adam(host, step, t.data());
+  cuda::adam(device, step, on_device(t).data());
   check_close(p, dp, tolerance<T>, "adam parameter");
   check_close(m, dm, tolerance<T>, "adam first moment");
   check_close(v, dv, tolerance<T>, "adam second moment");

@@ -23,6 +23,7 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            const LinearLayout<float>& lf, const LinearLayout<double>& ld,
                            const PiecesLayout<float>& pf, const PiecesLayout<double>& pd,
                            const SummandsLayout<float>& sf, const SummandsLayout<double>& sd,
+                           const AdamLayout<float>& af, const AdamLayout<double>& ad,
                            const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool,
                            const NormLayout& norm, std::int64_t* positions, std::uint64_t u,
                            const TaskStreams& ts) {
@@ -54,10 +55,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::fill(y, n, 1.0f)};
   {B::axpy(x, x, y, n, 1.0f)};
   {B::axpy(xd, xd, yd, n, 1.0)};
-  // One Adam step in place on (parameter, first moment, second moment), at
-  // the step number stored at the last argument.
-  {B::adam(y, y, y, x, n, AdamStep<float>{}, x)};
-  {B::adam(yd, yd, yd, xd, n, AdamStep<double>{}, xd)};
+  // One Adam step in place on each piece's (parameter, first moment, second
+  // moment), at the step number stored at the last argument.
+  {B::adam(af, AdamStep<float>{}, x)};
+  {B::adam(ad, AdamStep<double>{}, xd)};
   {B::unary(UnaryOp::exp, x, y, n, 0.0f)};
   {B::binary(BinaryOp::add, x, x, y, bl)};
   {B::select(x, x, x, y, n)};

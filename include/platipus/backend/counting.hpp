@@ -122,10 +122,9 @@ struct CountingBackend : B {
     B::select(mask, a, b, y, n);
   }
   template <class T>
-  static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step,
-                   const T* t) {
+  static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t) {
     count("adam");
-    B::adam(p, m, v, g, n, step, t);
+    B::adam(l, step, t);
   }
   template <class T>
   static void reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l) {

@@ -111,6 +111,18 @@ struct PiecesLayout {
   std::array<std::int64_t, capacity> n{};
 };
 
+// Up to `capacity` parameter tensors updated by one Adam call (one kernel on
+// a device, as the inner loop's foreach_axpy): piece i's n[i] parameters p[i]
+// and moments m[i], v[i], in place, from its gradient g[i].
+template <class T>
+struct AdamLayout {
+  static constexpr int capacity = PiecesLayout<T>::capacity;
+  int count = 0;
+  std::array<T*, capacity> p{}, m{}, v{};
+  std::array<const T*, capacity> g{};
+  std::array<std::int64_t, capacity> n{};
+};
+
 // y = x[0] + x[1] + ... + x[count - 1], added in that order, over n
 // contiguous elements: the gradients one value receives, summed by one call
 // (autodiff/grad.hpp) with the bits of adding them one by one.

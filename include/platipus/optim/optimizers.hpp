@@ -91,10 +91,23 @@ class Adam {
     const auto& s = settings_;
     const AdamStep<T> step{static_cast<T>(s.beta1), static_cast<T>(s.beta2),
                            static_cast<T>(s.epsilon), static_cast<T>(s.learning_rate)};
-    for (std::size_t i = 0; i < params.size(); ++i)
-      if (params[i]->numel())
-        B::adam(params[i]->data(), first_[i].data(), second_[i].data(), grads[i]->data(),
-                params[i]->numel(), step, count_.data());
+    // All parameter tensors in one call per AdamLayout capacity (one kernel
+    // on a device: PLATIPUS's five parts, MetaSgd's two).
+    AdamLayout<T> l;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (params[i]->numel() == 0) continue;
+      const auto k = static_cast<std::size_t>(l.count++);
+      l.p[k] = params[i]->data();
+      l.m[k] = first_[i].data();
+      l.v[k] = second_[i].data();
+      l.g[k] = grads[i]->data();
+      l.n[k] = params[i]->numel();
+      if (l.count == AdamLayout<T>::capacity) {
+        B::adam(l, step, count_.data());
+        l.count = 0;
+      }
+    }
+    if (l.count > 0) B::adam(l, step, count_.data());
   }
 
   // Steps taken so far (reads backend memory: on CUDA, waits for the device).

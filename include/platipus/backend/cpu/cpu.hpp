@@ -113,10 +113,11 @@ struct cpu {
   }
 
   template <class T>
-  static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step,
-                   const T* t) {
+  static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t) {
     const auto correction = step.at(*t);
-    for (std::int64_t i = 0; i < n; ++i) step.apply(correction, p[i], m[i], v[i], g[i]);
+    for (int k = 0; k < l.count; ++k)
+      for (std::int64_t i = 0; i < l.n[k]; ++i)
+        step.apply(correction, l.p[k][i], l.m[k][i], l.v[k][i], l.g[k][i]);
   }
 
   template <class T>

@@ -79,8 +79,7 @@ struct cuda {
   template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s);
   template <class T>
-  static void adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step,
-                   const T* t);
+  static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t);
 
   // ---- reductions ----
   template <class T>

@@ -137,10 +137,11 @@ __global__ void foreach_unary_kernel(F f, PiecesLayout<T> l, T s) {
   for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) y[i] = f(x[i], s);
 }
 
-// Launches a foreach kernel: a row of blocks per piece, as many as the
-// largest piece needs (up to the cap).
-template <class T, class... Params, class... Args>
-void launch_foreach(const char* name, const PiecesLayout<T>& l, void (*kernel)(Params...),
+// Launches a foreach kernel over a layout of pieces (PiecesLayout,
+// AdamLayout): a row of blocks per piece, as many as the largest piece needs
+// (up to the cap).
+template <class Layout, class... Params, class... Args>
+void launch_foreach(const char* name, const Layout& l, void (*kernel)(Params...),
                     const Args&... args) {
   if (l.count == 0) return;
   const std::int64_t longest = *std::max_element(l.n.begin(), l.n.begin() + l.count);
@@ -152,10 +153,12 @@ void launch_foreach(const char* name, const PiecesLayout<T>& l, void (*kernel)(P
 }
 
 template <class T>
-__global__ void adam_kernel(T* p, T* m, T* v, const T* g, std::int64_t n, AdamStep<T> step,
-                            const T* t) {
+__global__ void adam_kernel(AdamLayout<T> l, AdamStep<T> step, const T* t) {
+  const int k = static_cast<int>(blockIdx.y);
   const auto correction = step.at(*t);
-  for (std::int64_t i = thread_index(); i < n; i += thread_count())
+  T *p = l.p[k], *m = l.m[k], *v = l.v[k];
+  const T* g = l.g[k];
+  for (std::int64_t i = thread_index(); i < l.n[k]; i += thread_count())
     step.apply(correction, p[i], m[i], v[i], g[i]);
 }
 
@@ -570,8 +573,8 @@ void cuda::foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
 }
 
 template <class T>
-void cuda::adam(T* p, T* m, T* v, const T* g, std::int64_t n, const AdamStep<T>& step, const T* t) {
-  cuda_kernels::launch("cuda::adam", n, cuda_kernels::adam_kernel<T>, p, m, v, g, n, step, t);
+void cuda::adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t) {
+  cuda_kernels::launch_foreach("cuda::adam", l, cuda_kernels::adam_kernel<T>, l, step, t);
 }
 
 template <class T>
