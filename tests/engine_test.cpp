@@ -113,28 +113,87 @@ TEST_CASE("a sum's gradient is broadcast by the add that meets it, and copied on
   CHECK(counted::calls()["strided_copy"] == 1);  // expanded once, for the caller
 }
 
+namespace {
+
+using counted = CountingBackend<cpu>;
+using C = Var<float, counted>;
+
+// Two float variables [3, 4] on a counted tape.
+std::array<C, 2> two_variables(Tape<float, counted>& tape, std::uint64_t seed) {
+  Generator gen(seed);
+  const auto x = tape.variable(raw::normal<float>({3, 4}, gen).to<counted>());
+  return {x, tape.variable(raw::normal<float>({3, 4}, gen).to<counted>())};
+}
+
+// out's gradients with respect to both, and the backend calls of the sweep.
+struct CountedSweep {
+  std::array<std::vector<float>, 2> grads;
+  KernelCalls calls;
+};
+CountedSweep counted_sweep(const C& out, const std::array<C, 2>& inputs, bool create_graph) {
+  counted::reset();
+  const auto g = grad(out, std::span<const C>(inputs), {.create_graph = create_graph});
+  const KernelCalls calls = counted::calls();
+  return {{g[0].value().to<cpu>().to_vector(), g[1].value().to<cpu>().to_vector()}, calls};
+}
+
+}  // namespace
+
 TEST_CASE("a value's gradients are added by one add_n in a sweep that records nothing",
           "[grad][backend]") {
   // x and y each reach the output three ways. A recording sweep adds each
   // gradient as it comes; one that records nothing holds up to three and adds
   // them with one call, in the same order (float: the same bits).
-  using counted = CountingBackend<cpu>;
-  using C = Var<float, counted>;
   Tape<float, counted> tape;
-  Generator gen(80);
-  const auto x = tape.variable(raw::normal<float>({3, 4}, gen).to<counted>());
-  const auto y = tape.variable(raw::normal<float>({3, 4}, gen).to<counted>());
+  const auto inputs = two_variables(tape, 80);
+  const auto& [x, y] = inputs;
   const C out = sum(add(add(mul(x, y), mul(exp(x), x)), mul(y, y)));
-  const std::array<C, 2> inputs{x, y};
-  const auto sweep = [&](bool create_graph) {
-    counted::reset();
-    const auto g = grad(out, std::span<const C>(inputs), {.create_graph = create_graph});
-    const KernelCalls calls = counted::calls();
-    CHECK(calls["add_n"] == (create_graph ? 0u : 2u));
-    CHECK(calls["binary add"] == (create_graph ? 4u : 0u));
-    return std::array{g[0].value().to<cpu>().to_vector(), g[1].value().to<cpu>().to_vector()};
+  const CountedSweep held = counted_sweep(out, inputs, false);
+  const CountedSweep recorded = counted_sweep(out, inputs, true);
+  CHECK(held.calls["add_n"] == 2u);
+  CHECK(held.calls["binary add"] == 0u);
+  CHECK(recorded.calls["add_n"] == 0u);
+  CHECK(recorded.calls["binary add"] == 4u);
+  CHECK(held.grads == recorded.grads);
+}
+
+TEST_CASE("a sweep that records nothing subtracts a negated gradient instead of negating it",
+          "[grad][backend]") {
+  // x's gradient is y from mul and -1 from sub: one add_n that subtracts.
+  // y's gradient from y * y arrives negated from neg and is read alone by
+  // mul's rule: negated once, as a recording sweep negates it.
+  Tape<float, counted> tape;
+  const auto inputs = two_variables(tape, 81);
+  const auto& [x, y] = inputs;
+  const C out = sum(add(sub(mul(x, y), x), neg(mul(y, y))));
+  const CountedSweep held = counted_sweep(out, inputs, false);
+  const CountedSweep recorded = counted_sweep(out, inputs, true);
+  CHECK(held.calls["unary neg"] == 1u);
+  CHECK(held.calls["add_n"] == 2u);
+  CHECK(recorded.calls["unary neg"] == 2u);
+  CHECK(held.calls["binary sub"] + recorded.calls["binary sub"] == 0u);
+  CHECK(held.grads == recorded.grads);
+  const auto xs = x.value().to<cpu>().to_vector(), ys = y.value().to<cpu>().to_vector();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    CHECK(held.grads[0][i] == ys[i] - 1.f);
+    CHECK(held.grads[1][i] == Approx(xs[i] - 2.f * ys[i]));
+  }
+
+  // On the CPU (gradients added two at a time), u's broadcast gradients from
+  // the two negs (recorded first and last, so reaching u last and first) are
+  // subtracted around the one from mul: the recording sweep's bits.
+  Tape<float> cpu_tape;
+  const auto u = cpu_tape.variable(x.value().to<cpu>()), w = cpu_tape.variable(y.value().to<cpu>());
+  const Var<float> columns = mul(sum_to(neg(u), {1, 4}), sum_to(w, {1, 4}));
+  const Var<float> products = mul(u, w);
+  const Var<float> rows = mul(sum_to(neg(u), {3, 1}), sum_to(w, {3, 1}));
+  const Var<float> z = add(add(sum(columns), sum(products)), sum(rows));
+  const std::array<Var<float>, 2> cpu_inputs{u, w};
+  const auto cpu_sweep = [&](bool create_graph) {
+    const auto h = grad(z, std::span<const Var<float>>(cpu_inputs), {.create_graph = create_graph});
+    return std::array{h[0].to_vector(), h[1].to_vector()};
   };
-  CHECK(sweep(false) == sweep(true));
+  CHECK(cpu_sweep(false) == cpu_sweep(true));
 }
 
 TEST_CASE("under a no-grad guard ops record nothing", "[grad]") {

@@ -2,7 +2,10 @@
 // and second order, in double precision, with inputs kept away from kinks.
 #include "catch.hpp"
 
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -99,6 +102,16 @@ TEST_CASE("arithmetic ops with broadcasting pass first and second order checks",
   }
   SECTION("neg") {
     check_derivatives([](auto x) { return -(x[0] * x[0]); }, list(normal({3}, 9)));
+  }
+  SECTION("negated gradients added to others, broadcast ones first and last") {
+    // neg's rule gives x[0] a [1, 3] gradient to subtract, sub's rule x[1]
+    // one: before and after the others, in either order of recording.
+    check_derivatives(
+        [](auto x) {
+          return sum_to(-x[0], Shape{1, 3}) * x[1] + x[0] * x[0] - x[1] * x[1] +
+                 sum_to(-(x[0] * x[1]), Shape{1, 3});
+        },
+        list(normal({2, 3}, 63), normal({1, 3}, 64)));
   }
   SECTION("add_scaled") {
     check_derivatives([](auto x) { return add_scaled(x[0] * x[1], x[1], -0.3); },
@@ -253,6 +266,37 @@ TEST_CASE("add_n adds its summands in order, with the bits of a chain of adds", 
                     Contains("4 summands given"));
   CHECK_THROWS_WITH(raw::add_n(std::span<const Tensor<float>* const>(unlike)),
                     Contains("summand 1 is [4, 32], summand 0 [4, 33]"));
+}
+
+TEST_CASE("add_n negates the summands it is told to with the bits of negating them first",
+          "[ops]") {
+  // Zeros of both signs and opposite values, where -(a + b) and -a - b (or
+  // a sum that carried a sign) would give zeros of another sign.
+  const auto a = Tensor<float>::from_host({6}, {0.f, -0.f, 0.f, 1.5f, 1e7f, 3.f});
+  const auto b = Tensor<float>::from_host({6}, {0.f, 0.f, -0.f, -1.5f, 1.f, 2.f});
+  const auto c = Tensor<float>::from_host({6}, {-0.f, 0.f, 0.f, 0.f, -1e7f, 0.25f});
+  const auto bits = [](const Tensor<float>& t) {
+    std::vector<std::uint32_t> out;
+    for (const float x : t.to_vector()) out.push_back(std::bit_cast<std::uint32_t>(x));
+    return out;
+  };
+  const std::vector<const Tensor<float>*> x{&a, &b, &c};
+  for (int mask = 0; mask < 8; ++mask) {
+    const std::array<bool, 3> negate{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0};
+    const auto signed_summand = [&](std::size_t k) {
+      return negate[k] ? raw::map(UnaryOp::neg, *x[k]) : x[k]->clone();
+    };
+    Tensor<float> chain = signed_summand(0);
+    for (std::size_t k = 1; k < 3; ++k)
+      chain = raw::map(BinaryOp::add, chain, signed_summand(k), "add");
+    INFO("negate mask " << mask);
+    CHECK(bits(raw::add_n(std::span<const Tensor<float>* const>(x),
+                          std::span<const bool>(negate))) == bits(chain));
+  }
+  const std::array<bool, 2> two{true, false};
+  CHECK_THROWS_WITH(
+      raw::add_n(std::span<const Tensor<float>* const>(x), std::span<const bool>(two)),
+      Contains("2 negate flags given for 3 summands"));
 }
 
 TEST_CASE("power, exponential and activation ops pass first and second order checks", "[ops]") {

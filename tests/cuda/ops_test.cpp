@@ -40,6 +40,10 @@ TEMPLATE_TEST_CASE("arithmetic ops with broadcasting match the CPU backend", "[c
     check_op<T>([](auto x) { return x[0] * x[1] + exp(x[0]) * x[0]; },
                 list(normal<T>({2, 3}, 92), normal<T>({2, 3}, 93)));
   }
+  SECTION("values with negated gradients (add_n negating in a sweep that records nothing)") {
+    check_op<T>([](auto x) { return (x[0] * x[1] - x[0]) - x[1] * x[1] + -(x[0] / x[1]); },
+                list(normal<T>({2, 3}, 94), positive<T>({2, 3}, 95)));
+  }
   SECTION("scale and shift") {
     check_op<T>([](auto x) { return (2.5 * x[0] - 1.0) * (x[0] / 4.0 + 3.0) * (1.0 - x[0]); },
                 list(normal<T>({4}, 12)));
@@ -184,16 +188,18 @@ TEMPLATE_TEST_CASE("shape and index ops match the CPU backend", "[cuda][ops]", f
   SECTION("pad") {
     check_op<T>([](auto x) { return pad(square(x[0]), 1, 1, 4); }, list(normal<T>({2, 2}, 49)));
   }
-  SECTION("flatten and unflatten with a task axis") {
-    check_op<T>(
-        [](auto x) {
-          using V = std::decay_t<decltype(x[0])>;
-          const std::array<Shape, 2> shapes{Shape{2, 2}, Shape{3}};
-          const auto pieces = unflatten(x[0] * x[0], shapes);
-          const std::array<V, 2> scaled{pieces[0] * pieces[0], pieces[1]};
-          return flatten(std::span<const V>(scaled), Shape{3}, shapes);
-        },
-        list(normal<T>({3, 7}, 50)));
+  SECTION("flatten and unflatten, with a task axis and without (one foreach copy)") {
+    for (const Shape& batch : {Shape{3}, Shape{}}) {
+      check_op<T>(
+          [&batch](auto x) {
+            using V = std::decay_t<decltype(x[0])>;
+            const std::array<Shape, 2> shapes{Shape{2, 2}, Shape{3}};
+            const auto pieces = unflatten(x[0] * x[0], shapes);
+            const std::array<V, 2> scaled{pieces[0] * pieces[0], pieces[1]};
+            return flatten(std::span<const V>(scaled), batch, shapes);
+          },
+          list(normal<T>(detail::with_batch(batch, Shape{7}), 50)));
+    }
   }
   SECTION("foreach_add_scaled") {
     check_op<T>(

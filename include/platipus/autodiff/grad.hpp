@@ -119,8 +119,13 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     }
 
     GradModeGuard mode(options.create_graph);
+    // A value's gradients so far. Without create_graph a part may stand
+    // negated (Backward::set_negated): it is negated where the parts are
+    // added, by subtracting it (the bits of adding its negation), and on its
+    // own only when it is read alone.
     struct Summands {
       std::array<Var<T, B>, SummandsLayout<T>::capacity> parts;
+      std::array<bool, SummandsLayout<T>::capacity> negated{};
       int count = 0;
     };
     std::vector<Summands> grads(span);
@@ -155,12 +160,14 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
         std::array<const Tensor<T, B>*, SummandsLayout<T>::capacity> values{};
         for (std::size_t k = 0; k < parts.size(); ++k) values[k] = &parts[k].value();
         sum = tape.constant(
-            raw::add_n(std::span<const Tensor<T, B>* const>(values.data(), parts.size())));
+            raw::add_n(std::span<const Tensor<T, B>* const>(values.data(), parts.size()),
+                       std::span<const bool>(p.negated.data(), parts.size())));
       } else {
+        if (p.negated[0]) sum = neg(sum);
         for (std::size_t k = 1; k < parts.size(); ++k) {
           const Var<T, B> previous = sum;
-          sum = add(previous, parts[k]);
-          if (k > 1) release_unheld(previous);
+          sum = p.negated[k] ? sub(previous, parts[k]) : add(previous, parts[k]);
+          if (k > 1 || p.negated[0]) release_unheld(previous);
         }
       }
       if (auto* h = held(sum)) ++*h;
@@ -169,9 +176,10 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       p.parts[0] = sum;
       p.count = 1;
     };
-    auto accumulate = [&](const Value* v, Var<T, B> g) {
+    auto accumulate = [&](const Value* v, Var<T, B> g, bool negated) {
       Summands& p = grads[slot(v)];
       if (auto* h = held(g)) ++*h;
+      p.negated[static_cast<std::size_t>(p.count)] = negated;
       p.parts[static_cast<std::size_t>(p.count++)] = std::move(g);
       if (p.count == fold_at) fold(p, v);
     };
@@ -179,6 +187,13 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     auto gradient = [&](const Value* v) {
       Summands& p = grads[slot(v)];
       fold(p, v);
+      if (p.count == 1 && p.negated[0]) {
+        const Var<T, B> g = neg(p.parts[0]);
+        if (auto* h = held(g)) ++*h;
+        let_go(p.parts[0]);
+        p.parts[0] = g;
+        p.negated[0] = false;
+      }
       return p.count ? p.parts[0] : Var<T, B>();
     };
     std::vector<char> wanted(span, 0);  // slots read after the sweep
@@ -187,12 +202,14 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     for (std::size_t k = 0; k < outputs.size(); ++k) {
       const Value* y = outputs[k].record();
       if (!in_range(y) || !reaches[slot(y)]) continue;
-      accumulate(y, grad_outputs.empty() ? tape.constant(Tensor<T, B>::ones(y->data.shape()))
-                                         : grad_outputs[k]);
+      accumulate(y,
+                 grad_outputs.empty() ? tape.constant(Tensor<T, B>::ones(y->data.shape()))
+                                      : grad_outputs[k],
+                 false);
     }
 
     std::vector<Var<T, B>> out_grads, in_grads;
-    std::vector<char> needs;
+    std::vector<char> needs, negated;
     for (std::size_t n = last; n-- > first;) {
       auto* node = tape.node_list()[n];  // re-read: recording rules grow the list
       out_grads.clear();
@@ -211,24 +228,25 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       }
       if (!any_need) continue;
       in_grads.assign(node->inputs.size(), Var<T, B>());
+      negated.assign(node->inputs.size(), 0);
       const std::size_t made = tape.values();  // the rule's temporaries, expansions included
-      Backward<T, B> context(*node, out_grads, needs, in_grads);
+      Backward<T, B> context(*node, out_grads, needs, in_grads, negated);
       node->backward(context);
       for (std::size_t i = 0; i < node->inputs.size(); ++i) {
         if (!needs[i] || !in_grads[i].defined()) continue;
         check(detail::broadcasts_at_rank(in_grads[i].shape(), node->inputs[i]->data.shape()),
               "grad", "the backward rule of '{}' gave shape {} for input {} of shape {}",
               node->name, in_grads[i].shape(), i, node->inputs[i]->data.shape());
-        accumulate(node->inputs[i], in_grads[i]);
+        accumulate(node->inputs[i], in_grads[i], negated[i] != 0);
       }
       // The rule's temporaries, then this node's output gradients: used up.
       for (std::size_t id = made; id < tape.values(); ++id)
         release_unheld(Var<T, B>(tape.value_at(id)));
       for (const Value* v : node->outputs) {
-        if (wanted[slot(v)] || grads[slot(v)].count == 0) continue;
-        const Var<T, B> g = gradient(v);
-        grads[slot(v)] = Summands{};
-        let_go(g);
+        Summands& p = grads[slot(v)];
+        if (wanted[slot(v)]) continue;
+        for (int k = 0; k < p.count; ++k) let_go(p.parts[static_cast<std::size_t>(k)]);
+        p = Summands{};
       }
     }
     for (std::size_t i = 0; i < inputs.size(); ++i)

@@ -19,6 +19,8 @@ namespace platipus {
 
 template <class T, class B>
 Var<T, B> expand(const Var<T, B>& x, const Shape& shape);
+template <class T, class B>
+Var<T, B> neg(const Var<T, B>& x);
 
 // What a backward rule sees: the node's inputs and outputs, the gradients
 // flowing into its outputs, and which input gradients are wanted.
@@ -26,8 +28,8 @@ template <class T, class B>
 class Backward {
  public:
   Backward(detail::Node<T, B>& node, std::span<Var<T, B>> grads, std::span<const char> needs,
-           std::span<Var<T, B>> results)
-      : node_(node), grads_(grads), needs_(needs), results_(results) {}
+           std::span<Var<T, B>> results, std::span<char> negated)
+      : node_(node), grads_(grads), needs_(needs), results_(results), negated_(negated) {}
 
   Var<T, B> input(std::size_t i) const { return Var<T, B>(node_.inputs[i]); }
   Var<T, B> output(std::size_t k = 0) const { return Var<T, B>(node_.outputs[k]); }
@@ -50,6 +52,19 @@ class Backward {
   }
   bool needs(std::size_t i) const { return needs_[i] != 0; }
   void set(std::size_t i, Var<T, B> g) { results_[i] = g; }
+  // Input i's gradient is -g. A sweep that records nothing subtracts g where
+  // it adds the input's gradients and negates it only if it is read alone,
+  // so a rule's negation costs no kernel where the gradient has company
+  // (issue 38); a - b and a + (-b) have the same bits. One that records
+  // records neg(g).
+  void set_negated(std::size_t i, Var<T, B> g) {
+    if (GradMode::enabled()) {
+      set(i, neg(g));
+    } else {
+      results_[i] = g;
+      negated_[i] = 1;
+    }
+  }
   std::size_t input_count() const { return node_.inputs.size(); }
   std::size_t output_count() const { return node_.outputs.size(); }
   Tape<T, B>& tape() const { return *node_.outputs[0]->tape; }
@@ -59,6 +74,7 @@ class Backward {
   std::span<Var<T, B>> grads_;
   std::span<const char> needs_;
   std::span<Var<T, B>> results_;
+  std::span<char> negated_;
 };
 
 // Which values an op's backward rule reads beyond their shapes: bit i of

@@ -75,7 +75,7 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::foreach_axpy(pd, 1.0)};
   {B::foreach_unary(UnaryOp::scale, pf, 1.0f)};
   {B::foreach_unary(UnaryOp::scale, pd, 1.0)};
-  // y = x_0 + x_1 + ... in that order (SummandsLayout, 2 to its capacity).
+  // y = ±x_0 ± x_1 ± ... in that order (SummandsLayout, 2 to its capacity).
   {B::add_n(sf)};
   {B::add_n(sd)};
 

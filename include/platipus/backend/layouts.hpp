@@ -123,14 +123,17 @@ struct AdamLayout {
   std::array<std::int64_t, capacity> n{};
 };
 
-// y = x[0] + x[1] + ... + x[count - 1], added in that order, over n
-// contiguous elements: the gradients one value receives, summed by one call
-// (autodiff/grad.hpp) with the bits of adding them one by one.
+// y = ±x[0] ± x[1] ± ... ± x[count - 1], added in that order, over n
+// contiguous elements, x[k] negated where negate[k]: the gradients one value
+// receives, summed by one call (autodiff/grad.hpp) with the bits of negating
+// and adding them one by one (a - b is a + (-b) to the bit, signed zeros
+// included).
 template <class T>
 struct SummandsLayout {
   static constexpr int capacity = 3;
   int count = 0;
   std::array<const T*, capacity> x{};
+  std::array<bool, capacity> negate{};
   T* y = nullptr;
   std::int64_t n = 0;
 };

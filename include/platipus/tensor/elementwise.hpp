@@ -134,20 +134,26 @@ std::vector<Tensor<T, B>> foreach_map(UnaryOp op, const std::vector<const Tensor
                             [&](const PiecesLayout<T>& l) { B::foreach_unary(op, l, scalar); });
 }
 
-// x[0] + x[1] + ... in that order, all of one shape, in one backend call (2
-// to SummandsLayout's capacity of summands).
+// ±x[0] ± x[1] ± ... in that order, all of one shape, in one backend call
+// (2 to SummandsLayout's capacity of summands): x[k] enters negated where
+// negate[k] (none when negate is empty), with the bits of negating it first.
 template <class T, class B>
-Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x) {
+Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool> negate = {}) {
   constexpr auto capacity = static_cast<std::size_t>(SummandsLayout<T>::capacity);
   check(x.size() >= 2 && x.size() <= capacity, "add_n", "{} summands given; it takes 2 to {}",
         x.size(), capacity);
+  check(negate.empty() || negate.size() == x.size(), "add_n",
+        "{} negate flags given for {} summands", negate.size(), x.size());
   for (std::size_t i = 1; i < x.size(); ++i)
     check(x[i]->shape() == x[0]->shape(), "add_n", "summand {} is {}, summand 0 {}", i,
           x[i]->shape(), x[0]->shape());
   Tensor<T, B> y(x[0]->shape());
   if (y.numel() == 0) return y;
   SummandsLayout<T> l{.count = static_cast<int>(x.size()), .y = y.data(), .n = y.numel()};
-  for (std::size_t i = 0; i < x.size(); ++i) l.x[i] = x[i]->data();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    l.x[i] = x[i]->data();
+    l.negate[i] = !negate.empty() && negate[i];
+  }
   B::add_n(l);
   return y;
 }

@@ -13,11 +13,25 @@ namespace platipus {
 template <class S>
 concept Scalar = std::is_arithmetic_v<S>;
 
+namespace detail {
+// Input i's gradient -g summed down to the input's shape: with
+// Backward::set_negated where there is nothing to sum (the sweep subtracts g,
+// no kernel negates it), else as sum_to(-g), whose bits -sum_to(g) does not
+// have at zero (opposite terms add to +0, negated or not).
+template <class T, class B>
+void set_negated_sum_to(Backward<T, B>& c, std::size_t i, const Var<T, B>& g) {
+  if (g.shape() == c.input(i).shape())
+    c.set_negated(i, g);
+  else
+    c.set(i, sum_to(neg(g), c.input(i).shape()));
+}
+}  // namespace detail
+
 template <class T, class B>
 Var<T, B> neg(const Var<T, B>& x) {
   return record(
       "neg", {x}, raw::map(UnaryOp::neg, x.value()),
-      [](Backward<T, B>& c) { c.set(0, neg(c.broadcast_grad())); }, saves_nothing);
+      [](Backward<T, B>& c) { c.set_negated(0, c.broadcast_grad()); }, saves_nothing);
 }
 
 template <class T, class B>
@@ -51,7 +65,7 @@ Var<T, B> sub(const Var<T, B>& a, const Var<T, B>& b) {
       "sub", {a, b}, raw::map(BinaryOp::sub, a.value(), b.value(), "sub"),
       [](Backward<T, B>& c) {
         if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
-        if (c.needs(1)) c.set(1, sum_to(neg(c.grad()), c.input(1).shape()));
+        if (c.needs(1)) detail::set_negated_sum_to(c, 1, c.grad());
       },
       saves_nothing);
 }
@@ -70,12 +84,12 @@ Var<T, B> mul(const Var<T, B>& a, const Var<T, B>& b) {
 // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b.
 template <class T, class B>
 Var<T, B> div(const Var<T, B>& a, const Var<T, B>& b) {
-  return record(
-      "div", {a, b}, raw::map(BinaryOp::div, a.value(), b.value(), "div"), [](Backward<T, B>& c) {
-        if (c.needs(0)) c.set(0, sum_to(div(c.grad(), c.input(1)), c.input(0).shape()));
-        if (c.needs(1))
-          c.set(1, sum_to(neg(div(mul(c.grad(), c.output()), c.input(1))), c.input(1).shape()));
-      });
+  return record("div", {a, b}, raw::map(BinaryOp::div, a.value(), b.value(), "div"),
+                [](Backward<T, B>& c) {
+                  if (c.needs(0)) c.set(0, sum_to(div(c.grad(), c.input(1)), c.input(0).shape()));
+                  if (c.needs(1))
+                    detail::set_negated_sum_to(c, 1, div(mul(c.grad(), c.output()), c.input(1)));
+                });
 }
 
 // a + s * b in one pass: the fused form of an SGD step (phi - alpha * g).

@@ -103,9 +103,15 @@ struct cpu {
   }
   template <class T>
   static void add_n(const SummandsLayout<T>& l) {
-    for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = l.x[0][i] + l.x[1][i];
-    for (int k = 2; k < l.count; ++k)
-      for (std::int64_t i = 0; i < l.n; ++i) l.y[i] += l.x[k][i];
+    if (l.negate[0]) unary(UnaryOp::neg, l.x[0], l.y, l.n, T(0));
+    const T* sum = l.negate[0] ? l.y : l.x[0];
+    for (std::size_t k = 1; k < static_cast<std::size_t>(l.count); ++k, sum = l.y) {
+      const T* x = l.x[k];
+      if (l.negate[k])
+        for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = sum[i] - x[i];
+      else
+        for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = sum[i] + x[i];
+    }
   }
   template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {

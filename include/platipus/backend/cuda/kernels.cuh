@@ -115,8 +115,9 @@ __global__ void axpy_kernel(const T* a, const T* b, T* y, std::int64_t n, T s) {
 template <class T>
 __global__ void add_n_kernel(SummandsLayout<T> l) {
   for (std::int64_t i = thread_index(); i < l.n; i += thread_count()) {
-    T s = l.x[0][i] + l.x[1][i];
-    for (int k = 2; k < l.count; ++k) s += l.x[static_cast<std::size_t>(k)][i];
+    T s = l.negate[0] ? -l.x[0][i] : l.x[0][i];
+    for (std::size_t k = 1; k < static_cast<std::size_t>(l.count); ++k)
+      s = l.negate[k] ? s - l.x[k][i] : s + l.x[k][i];
     l.y[i] = s;
   }
 }
