@@ -160,12 +160,12 @@ TEST_CASE("a value's gradients are added by one add_n in a sweep that records no
 TEST_CASE("a sweep that records nothing subtracts a negated gradient instead of negating it",
           "[grad][backend]") {
   // x's gradient is y from mul and -1 from sub: one add_n that subtracts.
-  // y's gradient from y * y arrives negated from neg and is read alone by
-  // mul's rule: negated once, as a recording sweep negates it.
+  // exp(y)'s gradient arrives negated from neg and is read alone by exp's
+  // rule: negated once, as a recording sweep negates it.
   Tape<float, counted> tape;
   const auto inputs = two_variables(tape, 81);
   const auto& [x, y] = inputs;
-  const C out = sum(add(sub(mul(x, y), x), neg(mul(y, y))));
+  const C out = sum(add(sub(mul(x, y), x), neg(exp(y))));
   const CountedSweep held = counted_sweep(out, inputs, false);
   const CountedSweep recorded = counted_sweep(out, inputs, true);
   CHECK(held.calls["unary neg"] == 1u);
@@ -176,7 +176,7 @@ TEST_CASE("a sweep that records nothing subtracts a negated gradient instead of 
   const auto xs = x.value().to<cpu>().to_vector(), ys = y.value().to<cpu>().to_vector();
   for (std::size_t i = 0; i < xs.size(); ++i) {
     CHECK(held.grads[0][i] == ys[i] - 1.f);
-    CHECK(held.grads[1][i] == Approx(xs[i] - 2.f * ys[i]));
+    CHECK(held.grads[1][i] == Approx(xs[i] - std::exp(ys[i])));
   }
 
   // On the CPU (gradients added two at a time), u's broadcast gradients from
@@ -194,6 +194,30 @@ TEST_CASE("a sweep that records nothing subtracts a negated gradient instead of 
     return std::array{h[0].to_vector(), h[1].to_vector()};
   };
   CHECK(cpu_sweep(false) == cpu_sweep(true));
+}
+
+TEST_CASE("rules pass a negated gradient's sign on where no kernel must negate it",
+          "[grad][backend]") {
+  // sub gives reshape(h) and reshape(q) negated gradients; reshape, mul and
+  // div pass the sign on (div's divisor flips it), so x's three gradients
+  // and y's two meet in add_n with no neg, where a recording sweep records
+  // three: the same bits.
+  Tape<float, counted> tape;
+  const auto inputs = two_variables(tape, 82);
+  const auto& [x, y] = inputs;
+  const C h = mul(x, y), q = div(x, y);
+  const C out = sum(sub(sub(reshape(x, {12}), reshape(h, {12})), reshape(q, {12})));
+  const CountedSweep held = counted_sweep(out, inputs, false);
+  const CountedSweep recorded = counted_sweep(out, inputs, true);
+  CHECK(held.calls["unary neg"] == 0u);
+  CHECK(held.calls["add_n"] == 2u);
+  CHECK(recorded.calls["unary neg"] == 3u);
+  CHECK(held.grads == recorded.grads);
+  const auto xs = x.value().to<cpu>().to_vector(), ys = y.value().to<cpu>().to_vector();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    CHECK(held.grads[0][i] == Approx(1.f - ys[i] - 1.f / ys[i]));
+    CHECK(held.grads[1][i] == Approx(-xs[i] + xs[i] / (ys[i] * ys[i])));
+  }
 }
 
 TEST_CASE("under a no-grad guard ops record nothing", "[grad]") {

@@ -183,7 +183,14 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       p.parts[static_cast<std::size_t>(p.count++)] = std::move(g);
       if (p.count == fold_at) fold(p, v);
     };
-    // The gradient of v so far (undefined if none has reached it).
+    // The gradient of v so far (undefined if none has reached it), up to its
+    // sign: the gradient is -g where the flag says so.
+    auto signed_gradient = [&](const Value* v) -> std::pair<Var<T, B>, bool> {
+      Summands& p = grads[slot(v)];
+      fold(p, v);
+      return {p.count ? p.parts[0] : Var<T, B>(), p.count && p.negated[0]};
+    };
+    // The gradient of v so far, negated if it stands negated.
     auto gradient = [&](const Value* v) {
       Summands& p = grads[slot(v)];
       fold(p, v);
@@ -209,13 +216,16 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     }
 
     std::vector<Var<T, B>> out_grads, in_grads;
-    std::vector<char> needs, negated;
+    std::vector<char> out_negated, needs, negated;
     for (std::size_t n = last; n-- > first;) {
       auto* node = tape.node_list()[n];  // re-read: recording rules grow the list
       out_grads.clear();
+      out_negated.clear();
       bool any_grad = false;
       for (const Value* v : node->outputs) {
-        out_grads.push_back(gradient(v));
+        const auto [g, g_negated] = signed_gradient(v);
+        out_grads.push_back(g);
+        out_negated.push_back(g_negated);
         any_grad = any_grad || out_grads.back().defined();
       }
       if (!any_grad) continue;
@@ -230,7 +240,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       in_grads.assign(node->inputs.size(), Var<T, B>());
       negated.assign(node->inputs.size(), 0);
       const std::size_t made = tape.values();  // the rule's temporaries, expansions included
-      Backward<T, B> context(*node, out_grads, needs, in_grads, negated);
+      Backward<T, B> context(*node, out_grads, out_negated, needs, in_grads, negated);
       node->backward(context);
       for (std::size_t i = 0; i < node->inputs.size(); ++i) {
         if (!needs[i] || !in_grads[i].defined()) continue;

@@ -11,6 +11,7 @@
 // itself recorded and can be differentiated again, to any order.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "platipus/autodiff/tape.hpp"
@@ -27,19 +28,24 @@ Var<T, B> neg(const Var<T, B>& x);
 template <class T, class B>
 class Backward {
  public:
-  Backward(detail::Node<T, B>& node, std::span<Var<T, B>> grads, std::span<const char> needs,
-           std::span<Var<T, B>> results, std::span<char> negated)
-      : node_(node), grads_(grads), needs_(needs), results_(results), negated_(negated) {}
+  // grads[k] is the k-th output's gradient, or its negation where
+  // grads_negated[k]; the rule's results[i] likewise with negated[i].
+  Backward(detail::Node<T, B>& node, std::span<Var<T, B>> grads, std::span<char> grads_negated,
+           std::span<const char> needs, std::span<Var<T, B>> results, std::span<char> negated)
+      : node_(node),
+        grads_(grads),
+        grads_negated_(grads_negated),
+        needs_(needs),
+        results_(results),
+        negated_(negated) {}
 
   Var<T, B> input(std::size_t i) const { return Var<T, B>(node_.inputs[i]); }
   Var<T, B> output(std::size_t k = 0) const { return Var<T, B>(node_.outputs[k]); }
   // The gradient of the k-th output, at the output's shape; undefined when
   // none flowed into it (only possible for ops with several outputs).
   Var<T, B> grad(std::size_t k = 0) const {
-    Var<T, B>& g = grads_[k];
-    if (g.defined() && g.shape() != node_.outputs[k]->data.shape())
-      g = expand(g, node_.outputs[k]->data.shape());
-    return g;
+    negate_now(k);
+    return expanded(k);
   }
   // The gradient as it arrived, which may broadcast to the output's shape at
   // its rank (sum_to's rule gives such): for rules that only map it
@@ -48,10 +54,27 @@ class Backward {
   // graph it records, and the bits of that graph's own derivatives, are those
   // of the expanded gradient.
   Var<T, B> broadcast_grad(std::size_t k = 0) const {
-    return GradMode::enabled() ? grad(k) : grads_[k];
+    if (GradMode::enabled()) return grad(k);
+    negate_now(k);
+    return grads_[k];
+  }
+  // grad(k) up to its sign: g at the output's shape and whether the gradient
+  // is -g, which only a sweep that records nothing leaves standing
+  // (set_negated). For rules whose results are g times what does not depend
+  // on g, elementwise or a view of it, which pass the sign on with
+  // set(i, ..., negated) so that no kernel negates it: (-a) b is -(a b) to
+  // the bit. Not for a sum of g's elements (see detail::set_sum_to).
+  std::pair<Var<T, B>, bool> signed_grad(std::size_t k = 0) const {
+    return {expanded(k), grads_negated_[k] != 0};
   }
   bool needs(std::size_t i) const { return needs_[i] != 0; }
   void set(std::size_t i, Var<T, B> g) { results_[i] = g; }
+  void set(std::size_t i, Var<T, B> g, bool negated) {
+    if (negated)
+      set_negated(i, g);
+    else
+      set(i, g);
+  }
   // Input i's gradient is -g. A sweep that records nothing subtracts g where
   // it adds the input's gradients and negates it only if it is read alone,
   // so a rule's negation costs no kernel where the gradient has company
@@ -70,8 +93,23 @@ class Backward {
   Tape<T, B>& tape() const { return *node_.outputs[0]->tape; }
 
  private:
+  // The k-th output's gradient (or its negation) expanded to the output's
+  // shape, once.
+  Var<T, B> expanded(std::size_t k) const {
+    Var<T, B>& g = grads_[k];
+    if (g.defined() && g.shape() != node_.outputs[k]->data.shape())
+      g = expand(g, node_.outputs[k]->data.shape());
+    return g;
+  }
+  void negate_now(std::size_t k) const {
+    if (!grads_negated_[k]) return;
+    grads_[k] = neg(grads_[k]);
+    grads_negated_[k] = 0;
+  }
+
   detail::Node<T, B>& node_;
   std::span<Var<T, B>> grads_;
+  std::span<char> grads_negated_;
   std::span<const char> needs_;
   std::span<Var<T, B>> results_;
   std::span<char> negated_;

@@ -14,16 +14,16 @@ template <class S>
 concept Scalar = std::is_arithmetic_v<S>;
 
 namespace detail {
-// Input i's gradient -g summed down to the input's shape: with
-// Backward::set_negated where there is nothing to sum (the sweep subtracts g,
-// no kernel negates it), else as sum_to(-g), whose bits -sum_to(g) does not
-// have at zero (opposite terms add to +0, negated or not).
+// Input i's gradient g, or -g where negated, summed down to the input's
+// shape: the sign passed on where there is nothing to sum (Backward::set, so
+// that no kernel negates it), else taken before the sum, as sum_to(-g), whose
+// bits -sum_to(g) lacks at zero (opposite terms add to +0, negated or not).
 template <class T, class B>
-void set_negated_sum_to(Backward<T, B>& c, std::size_t i, const Var<T, B>& g) {
+void set_sum_to(Backward<T, B>& c, std::size_t i, const Var<T, B>& g, bool negated) {
   if (g.shape() == c.input(i).shape())
-    c.set_negated(i, g);
+    c.set(i, g, negated);
   else
-    c.set(i, sum_to(neg(g), c.input(i).shape()));
+    c.set(i, sum_to(negated ? neg(g) : g, c.input(i).shape()));
 }
 }  // namespace detail
 
@@ -53,8 +53,9 @@ Var<T, B> add(const Var<T, B>& a, const Var<T, B>& b) {
   return record(
       "add", {a, b}, raw::map(BinaryOp::add, a.value(), b.value(), "add"),
       [](Backward<T, B>& c) {
-        if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
-        if (c.needs(1)) c.set(1, sum_to(c.grad(), c.input(1).shape()));
+        const auto [g, negated] = c.signed_grad();
+        if (c.needs(0)) detail::set_sum_to(c, 0, g, negated);
+        if (c.needs(1)) detail::set_sum_to(c, 1, g, negated);
       },
       saves_nothing);
 }
@@ -64,8 +65,9 @@ Var<T, B> sub(const Var<T, B>& a, const Var<T, B>& b) {
   return record(
       "sub", {a, b}, raw::map(BinaryOp::sub, a.value(), b.value(), "sub"),
       [](Backward<T, B>& c) {
-        if (c.needs(0)) c.set(0, sum_to(c.grad(), c.input(0).shape()));
-        if (c.needs(1)) detail::set_negated_sum_to(c, 1, c.grad());
+        const auto [g, negated] = c.signed_grad();
+        if (c.needs(0)) detail::set_sum_to(c, 0, g, negated);
+        if (c.needs(1)) detail::set_sum_to(c, 1, g, !negated);
       },
       saves_nothing);
 }
@@ -75,8 +77,9 @@ Var<T, B> mul(const Var<T, B>& a, const Var<T, B>& b) {
   return record(
       "mul", {a, b}, raw::map(BinaryOp::mul, a.value(), b.value(), "mul"),
       [](Backward<T, B>& c) {
-        if (c.needs(0)) c.set(0, sum_to(mul(c.grad(), c.input(1)), c.input(0).shape()));
-        if (c.needs(1)) c.set(1, sum_to(mul(c.grad(), c.input(0)), c.input(1).shape()));
+        const auto [g, negated] = c.signed_grad();
+        if (c.needs(0)) detail::set_sum_to(c, 0, mul(g, c.input(1)), negated);
+        if (c.needs(1)) detail::set_sum_to(c, 1, mul(g, c.input(0)), negated);
       },
       saves_inputs);
 }
@@ -86,9 +89,10 @@ template <class T, class B>
 Var<T, B> div(const Var<T, B>& a, const Var<T, B>& b) {
   return record("div", {a, b}, raw::map(BinaryOp::div, a.value(), b.value(), "div"),
                 [](Backward<T, B>& c) {
-                  if (c.needs(0)) c.set(0, sum_to(div(c.grad(), c.input(1)), c.input(0).shape()));
+                  const auto [g, negated] = c.signed_grad();
+                  if (c.needs(0)) detail::set_sum_to(c, 0, div(g, c.input(1)), negated);
                   if (c.needs(1))
-                    detail::set_negated_sum_to(c, 1, div(mul(c.grad(), c.output()), c.input(1)));
+                    detail::set_sum_to(c, 1, div(mul(g, c.output()), c.input(1)), !negated);
                 });
 }
 

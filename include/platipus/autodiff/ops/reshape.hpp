@@ -40,7 +40,11 @@ Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
   x.record()->viewed = true;
   return record(
       "reshape", {x}, Tensor<T, B>::view(x.value(), shape),
-      [](Backward<T, B>& c) { c.set(0, reshape(c.grad(), c.input(0).shape())); }, saves_nothing);
+      [](Backward<T, B>& c) {
+        const auto [g, negated] = c.signed_grad();
+        c.set(0, reshape(g, c.input(0).shape()), negated);
+      },
+      saves_nothing);
 }
 
 template <class T, class B>
