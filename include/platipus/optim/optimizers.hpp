@@ -93,21 +93,16 @@ class Adam {
                            static_cast<T>(s.epsilon), static_cast<T>(s.learning_rate)};
     // All parameter tensors in one call per AdamLayout capacity (one kernel
     // on a device: PLATIPUS's five parts, MetaSgd's two).
-    AdamLayout<T> l;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (params[i]->numel() == 0) continue;
-      const auto k = static_cast<std::size_t>(l.count++);
-      l.p[k] = params[i]->data();
-      l.m[k] = first_[i].data();
-      l.v[k] = second_[i].data();
-      l.g[k] = grads[i]->data();
-      l.n[k] = params[i]->numel();
-      if (l.count == AdamLayout<T>::capacity) {
-        B::adam(l, step, count_.data());
-        l.count = 0;
-      }
-    }
-    if (l.count > 0) B::adam(l, step, count_.data());
+    raw::detail::launch_in_layouts<AdamLayout<T>>(
+        params.size(),
+        [&](AdamLayout<T>& l, std::size_t k, std::size_t i) {
+          l.p[k] = params[i]->data();
+          l.m[k] = first_[i].data();
+          l.v[k] = second_[i].data();
+          l.g[k] = grads[i]->data();
+          l.n[k] = params[i]->numel();
+        },
+        [&](const AdamLayout<T>& l) { B::adam(l, step, count_.data()); });
   }
 
   // Steps taken so far (reads backend memory: on CUDA, waits for the device).

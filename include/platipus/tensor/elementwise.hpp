@@ -69,25 +69,38 @@ Tensor<T, B> axpy(const Tensor<T, B>& a, const Tensor<T, B>& b, T s) {
 
 namespace detail {
 
-// launch(PiecesLayout) over pieces i of n[i] > 0 elements (a[i], b[i] when b
-// is not empty, y[i]), in calls of up to PiecesLayout::capacity pieces.
-template <class T, class Launch>
-void launch_pieces(std::span<const T* const> a, std::span<const T* const> b, std::span<T* const> y,
-                   std::span<const std::int64_t> n, Launch launch) {
-  PiecesLayout<T> l;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (n[i] == 0) continue;
-    const auto k = static_cast<std::size_t>(l.count++);
-    l.a[k] = a[i];
-    l.b[k] = b.empty() ? nullptr : b[i];
-    l.y[k] = y[i];
-    l.n[k] = n[i];
-    if (l.count == PiecesLayout<T>::capacity) {
+// launch(l) on layouts l of up to Layout::capacity pieces (PiecesLayout,
+// AdamLayout): fill(l, k, i) writes piece i of `pieces` into slot k, which
+// is left out when it has no elements (l.n[k] == 0).
+template <class Layout, class Fill, class Launch>
+void launch_in_layouts(std::size_t pieces, Fill fill, Launch launch) {
+  Layout l;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const auto k = static_cast<std::size_t>(l.count);
+    fill(l, k, i);
+    if (l.n[k] == 0) continue;
+    if (++l.count == Layout::capacity) {
       launch(l);
       l.count = 0;
     }
   }
   if (l.count > 0) launch(l);
+}
+
+// launch(PiecesLayout) over pieces i of n[i] > 0 elements (a[i], b[i] when b
+// is not empty, y[i]), in calls of up to PiecesLayout::capacity pieces.
+template <class T, class Launch>
+void launch_pieces(std::span<const T* const> a, std::span<const T* const> b, std::span<T* const> y,
+                   std::span<const std::int64_t> n, Launch launch) {
+  launch_in_layouts<PiecesLayout<T>>(
+      a.size(),
+      [&](PiecesLayout<T>& l, std::size_t k, std::size_t i) {
+        l.a[k] = a[i];
+        l.b[k] = b.empty() ? nullptr : b[i];
+        l.y[k] = y[i];
+        l.n[k] = n[i];
+      },
+      launch);
 }
 
 // New tensors shaped as x's, written by launch(PiecesLayout); b, when not
