@@ -244,6 +244,38 @@ TEST_CASE("rules that map their gradient elementwise read it unexpanded unless t
   }
 }
 
+TEST_CASE(
+    "a task-summed mean loss's gradient stays one value through reshape and sum_to unless the "
+    "sweep records",
+    "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  // sum over tasks of each task's mean squared error, as the inner loop's
+  // loss: the one-value gradient of the outer sum reaches square's rule as
+  // [1, 1, 1] (negated where the losses are), so nothing spreads it over the
+  // tasks and points without create_graph; with it the recorded rules read it
+  // expanded, as before. Both give the same bits.
+  const auto x0 = normal({5, 4, 1}, 401), t0 = normal({5, 4, 1}, 402);
+  for (const bool negated : {false, true}) {
+    std::vector<double> results[2];
+    for (const bool create_graph : {false, true}) {
+      Tape<double, counted> tape;
+      const CountedVar x = tape.variable(x0.to<counted>()), t = tape.constant(t0.to<counted>());
+      const CountedVar losses = mean(square(sub(x, t)), {1, 2});
+      const CountedVar y = sum(negated ? neg(losses) : losses);
+      counted::reset();
+      const auto g = grad(y, x, {.create_graph = create_graph});
+      CHECK((counted::calls()["strided_copy"] == 0) == !create_graph);
+      results[create_graph] = g.value().to<cpu>().to_vector();
+    }
+    CHECK(results[0] == results[1]);
+    const double sign = negated ? -1 : 1;
+    const auto x = x0.to_vector(), t = t0.to_vector();
+    for (std::size_t i = 0; i < x.size(); ++i)
+      CHECK(results[0][i] == Approx(sign * 2 * (x[i] - t[i]) / 4).epsilon(1e-14));
+  }
+}
+
 TEST_CASE("add_n adds its summands in order, with the bits of a chain of adds", "[ops]") {
   // Float summands of very different sizes, where another order would round
   // differently.

@@ -67,6 +67,12 @@ class Backward {
   std::pair<Var<T, B>, bool> signed_grad(std::size_t k = 0) const {
     return {expanded(k), grads_negated_[k] != 0};
   }
+  // signed_grad(k) as it arrived, unexpanded where a sweep records nothing
+  // (see broadcast_grad), for rules that pass it on as a view.
+  std::pair<Var<T, B>, bool> signed_broadcast_grad(std::size_t k = 0) const {
+    if (GradMode::enabled()) return signed_grad(k);
+    return {grads_[k], grads_negated_[k] != 0};
+  }
   bool needs(std::size_t i) const { return needs_[i] != 0; }
   void set(std::size_t i, Var<T, B> g) { results_[i] = g; }
   void set(std::size_t i, Var<T, B> g, bool negated) {

@@ -34,7 +34,7 @@ Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
   return record(
       "sum_to", {x}, raw::sum_to(x.value(), shape),
       [](Backward<T, B>& c) {
-        const Var<T, B> g = c.grad();
+        const Var<T, B> g = c.broadcast_grad();
         const Shape& to = c.input(0).shape();
         Shape kept;
         for (int i = 0; i < to.rank() - g.rank(); ++i) kept.push_back(1);

@@ -41,6 +41,15 @@ Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
   return record(
       "reshape", {x}, Tensor<T, B>::view(x.value(), shape),
       [](Backward<T, B>& c) {
+        // One value broadcast (a sum's or a mean's gradient) stays one value,
+        // at the input's rank, so that no copy expands it (issue 38).
+        if (const auto [g, negated] = c.signed_broadcast_grad(); g.numel() == 1) {
+          c.set(0,
+                reshape(g, Shape(std::vector<std::int64_t>(
+                               static_cast<std::size_t>(c.input(0).rank()), 1))),
+                negated);
+          return;
+        }
         const auto [g, negated] = c.signed_grad();
         c.set(0, reshape(g, c.input(0).shape()), negated);
       },
