@@ -158,13 +158,15 @@ if [[ $built == yes && -n $MPIRUN ]] && checking mpi; then
   pending+=(mpi)
 fi
 if [[ $built == yes ]] && checking examples; then
-  say "== the examples: sine_line on the GPU and on the CPU, 1000 steps each; circles and active learning on the GPU"
+  say "== the examples: sine_line on the GPU (replayed and eager steps) and on the CPU, 1000 steps each; circles and active learning on the GPU"
   ex=$OUT/examples
   mkdir -p "$ex"
   (
     for program in sine_line_cuda sine_line; do
       run 90 "$ex/examples.log" "$BIN/$program" --quick --steps 1000 --eval-tasks 200 --no-plot --out "$ex/$program"
     done
+    run 90 "$ex/examples.log" "$BIN/sine_line_cuda" --no-cuda-graph --quick --steps 1000 --eval-tasks 200 \
+      --no-plot --out "$ex/sine_line_cuda_eager"
     run 30 "$ex/examples.log" "$BIN/circles_cuda" --quick --no-plot --out "$ex/circles_cuda"
     run 30 "$ex/examples.log" "$BIN/active_learning_cuda" --eval-only \
       --checkpoint "$ex/sine_line_cuda/checkpoint.safetensors" --eval-tasks 20 --no-plot --out "$ex/active_learning_cuda"
@@ -194,17 +196,21 @@ if [[ " ${pending[*]} " == *" python "* ]]; then
 fi
 if [[ " ${pending[*]} " == *" examples "* ]]; then
   "$PYTHON" - "$OUT/examples" <<'PY' 2>&1 | tee -a "$SUMMARY"
-import json, os, sys
-for program in ("sine_line_cuda", "sine_line"):
+import csv, json, os, sys
+for program in ("sine_line_cuda", "sine_line_cuda_eager", "sine_line"):
     try:
         results = json.load(open(os.path.join(sys.argv[1], program, "results.json")))["results"]
+        rows = list(csv.DictReader(open(os.path.join(sys.argv[1], program, "train.csv"))))
     except (OSError, ValueError, KeyError) as e:
         print(f"  {program}: no results ({type(e).__name__})")
         continue
+    last = {row["learner"]: row for row in rows}  # each learner's last record
     cells = []
     for learner in ("maml", "maml_noise", "platipus"):
         r = results.get(learner, {})
-        cells.append(f"{learner} " + " ".join(
+        ms = (f" {1000 * float(last[learner]['seconds']) / int(last[learner]['step']):.2f} ms/step"
+              if learner in last else "")
+        cells.append(f"{learner}{ms} " + " ".join(
             f"{k} {r[k]['mean']:.3f}+-{r[k]['ci95']:.3f}" for k in ("mse", "nll") if k in r))
     print(f"  {program}: " + "; ".join(cells))
 PY

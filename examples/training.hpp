@@ -55,6 +55,9 @@ struct TrainingOptions {
   // metrics record (200 per learner), so a kill loses at most 0.5% of a run.
   long checkpoint_every = 0;
   bool resume = false;  // go on from the run's checkpoint where it stopped
+  // On CUDA, replay each learner's meta-step as a CUDA graph once it allows
+  // it (TrainingLoop::cuda_graph); --no-cuda-graph keeps every step eager.
+  bool cuda_graph = true;
 
   void add_flags(CLI::App& app) {
     // Every number has a range: outside it a run would abort on memory, run
@@ -133,15 +136,26 @@ struct TrainingOptions {
         "go on from the run's checkpoint (--checkpoint, default DIR/checkpoint.safetensors) "
         "where it stopped, with the same bits as a run that never stopped; the settings "
         "must be the checkpoint's");
+#ifdef PLATIPUS_EXAMPLES_ON_CUDA
+    app.add_flag("--cuda-graph,!--no-cuda-graph", cuda_graph,
+                 "replay each learner's meta-step as one CUDA graph once it allows it "
+                 "(default: one launch a step, but PLATIPUS and MAML + noise then draw other "
+                 "noise after --resume than a run that never stopped); --no-cuda-graph: eager "
+                 "steps, one launch per op");
+#endif
   }
 
   // The run's record for results.json and the checkpoint: the loop and the
   // seed; the learners' own settings go beside it (with_learners).
   nlohmann::json json() const {
-    return {{"steps", steps},
-            {"meta_batch", meta_batch},
-            {"seed", seed},
-            {"ranks", world() ? world()->size() : 1}};
+    nlohmann::json run{{"steps", steps},
+                       {"meta_batch", meta_batch},
+                       {"seed", seed},
+                       {"ranks", world() ? world()->size() : 1}};
+#ifdef PLATIPUS_EXAMPLES_ON_CUDA
+    run["cuda_graph"] = cuda_graph;
+#endif
+    return run;
   }
 
   // Adam on the meta-parameters, its rate annealed over the flag's steps or,
@@ -290,7 +304,7 @@ TrainedSet train(Set& learners, const Sampler& sampler, const TrainingOptions& o
   platipus::io::MetricsLog log(out, "train");
   announce_ranks(o);
   const platipus::io::SetTrainingRun run{
-      .loop = {.steps = o.steps, .meta_batch = o.meta_batch},
+      .loop = {.steps = o.steps, .meta_batch = o.meta_batch, .cuda_graph = o.cuda_graph},
       .seed = o.seed,
       .stream = stream_of,
       .file = checkpoint,

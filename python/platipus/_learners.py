@@ -96,6 +96,7 @@ class _Learner:
         callback: Optional[Callable[[Dict[str, float]], None]] = None,
         progress: Optional[bool] = None,
         generator: Optional[_core.Generator] = None,
+        cuda_graph: bool = True,
     ) -> List[Dict[str, float]]:
         """Meta-trains for ``steps`` steps of ``meta_batch`` tasks from ``sampler``
         (a library sampler, or any callable ``(tasks, generator)`` returning the
@@ -104,7 +105,10 @@ class _Learner:
         statistics, ``seconds``) goes to ``callback`` and to the returned list;
         a progress line goes to stderr when it is a terminal (``progress``).
         Ctrl-C stops between two steps with KeyboardInterrupt; the learner
-        keeps the steps taken."""
+        keeps the steps taken. On ``device="cuda"`` each step from the first
+        the learner allows replays one recorded CUDA graph (``cuda_graph``;
+        PLATIPUS's and MAML + noise's noise is then drawn on the device, not
+        the eager steps' numbers); ``cuda_graph=False`` keeps every step eager."""
         records: List[Dict[str, float]] = []
         show = sys.stderr.isatty() if progress is None else progress
         start = time.monotonic()
@@ -131,6 +135,7 @@ class _Learner:
             meta_batch,
             record_every,
             on_record,
+            cuda_graph,
         )
         return records
 

@@ -50,12 +50,14 @@ class LearnerBinding {
   // The library's training loop (meta_train): callback(record) after every
   // record; stops with KeyboardInterrupt between two steps on Ctrl-C.
   std::int64_t fit(const AnySampler& sampler, Generator& gen, std::int64_t steps,
-                   std::int64_t meta_batch, std::int64_t record_every, nb::object callback) {
+                   std::int64_t meta_batch, std::int64_t record_every, nb::object callback,
+                   bool cuda_graph) {
     const ErasedSampler<T, B> erased{sampler.template for_learner<T, B>()};
     const TrainingLoop loop{.steps = steps,
                             .meta_batch = meta_batch,
                             .record_every = record_every,
-                            .name = std::string(Objective::name)};
+                            .name = std::string(Objective::name),
+                            .cuda_graph = cuda_graph};
     bool interrupted = false;
     const auto on_record = [&](const TrainingRecord& r) {
       if (callback.is_none()) return;
@@ -239,7 +241,7 @@ void bind_learner(nb::module_& m, const char* name) {
           .def("meta_step", &L::meta_step, "support_x"_a, "support_y"_a, "query_x"_a, "query_y"_a,
                "generator"_a)
           .def("fit", &L::fit, "sampler"_a, "generator"_a, "steps"_a, "meta_batch"_a,
-               "record_every"_a, "callback"_a.none())
+               "record_every"_a, "callback"_a.none(), "cuda_graph"_a)
           .def("sample", &L::sample, "support_x"_a, "support_y"_a, "n"_a, "generator"_a)
           .def("predict", &L::predict, "parameters"_a, "x"_a)
           .def("query_losses", &L::query_losses, "support_x"_a, "support_y"_a, "query_x"_a,

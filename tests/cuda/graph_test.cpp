@@ -225,3 +225,91 @@ TEST_CASE("what cannot be recorded or replayed throws platipus::error saying why
     CHECK_THROWS_WITH(step.step(batch), Contains("theta") && Contains("replaced"));
   }
 }
+
+// The query losses meta_train reports after every step.
+template <class Learner>
+std::vector<double> trained_losses(Learner& learner, std::int64_t steps, bool cuda_graph) {
+  using T = typename Learner::T;
+  const data::SinusoidLineSampler<T, cuda> sampler({.support = 10, .query = 10});
+  Generator gen(12);
+  std::vector<double> losses;
+  meta_train(learner, sampler, gen,
+             {.steps = steps, .meta_batch = 5, .record_every = 1, .cuda_graph = cuda_graph},
+             [&](const TrainingRecord& r) { losses.push_back(r.query_loss); });
+  return losses;
+}
+
+// Two learners of one initialisation trained by meta_train, one replaying
+// its steps and one eager, and the query losses each reported.
+template <class Learner>
+struct ReplayedAndEager {
+  Learner replayed, eager;
+  std::vector<double> replayed_losses, eager_losses;
+
+  ReplayedAndEager(const typename Learner::Settings& settings, std::uint64_t seed,
+                   std::int64_t steps)
+      : replayed(make(settings, seed)),
+        eager(make(settings, seed)),
+        replayed_losses(trained_losses(replayed, steps, true)),
+        eager_losses(trained_losses(eager, steps, false)) {}
+  static Learner make(const typename Learner::Settings& settings, std::uint64_t seed) {
+    Generator init(seed);
+    return Learner(small_network(), MseLoss{}, settings, init);
+  }
+};
+
+TEST_CASE("meta_train replays meta-steps as a CUDA graph from the first the learner allows",
+          "[cuda][graph][training]") {
+  SECTION("MAML's replayed training is its eager training") {
+    ReplayedAndEager<Maml<nn::Sequential, MseLoss, double, cuda>> runs(
+        {.inner_loop = {.steps = 3, .learning_rate = 0.01}, .driver = {.threads = 1}}, 1, 6);
+    check_close(runs.eager_losses, runs.replayed_losses, 1e-12, "query losses of each step");
+    check_close(runs.eager.parameters().to_vector(), runs.replayed.parameters().to_vector(), 1e-12,
+                "parameters after six steps");
+    CHECK(runs.replayed.steps() == 6);
+  }
+  SECTION("PLATIPUS steps eagerly while its KL weight ramps up, then replays with fresh noise") {
+    ReplayedAndEager<Platipus<nn::Sequential, MseLoss, double, cuda>> runs(
+        {.inner_loop = {.learning_rate = 0.01}, .kl_anneal_steps = 3, .driver = {.threads = 1}}, 2,
+        6);
+    // Steps 1-3 ramp, step 4 is the recording's eager warm-up: the eager
+    // run's numbers. Steps 5 and 6 replay, drawing eps from the graph's salt.
+    for (std::size_t k = 0; k < 4; ++k) CHECK(runs.replayed_losses[k] == runs.eager_losses[k]);
+    for (std::size_t k = 4; k < 6; ++k) {
+      CHECK(std::isfinite(runs.replayed_losses[k]));
+      CHECK(runs.replayed_losses[k] != runs.eager_losses[k]);
+    }
+    CHECK(runs.replayed.steps() == 6);
+  }
+  SECTION("every learner of the driver trains through replays") {
+    Generator init(3);
+    const InnerLoop loop{.steps = 2, .learning_rate = 0.01};
+    const DriverSettings driver{.threads = 1};
+    const auto trains = [](auto learner) {
+      const auto losses = trained_losses(learner, 4, true);
+      REQUIRE(losses.size() == 4);
+      for (double loss : losses) CHECK(std::isfinite(loss));
+      CHECK(learner.steps() == 4);
+    };
+    using Net = nn::Sequential;
+    const auto net = small_network();
+    trains(Maml<Net, MseLoss, float, cuda>(
+        net, MseLoss{}, {.inner_loop = loop, .first_order = true, .driver = driver}, init));
+    trains(Maml<Net, MseLoss, float, cuda>(
+        net, MseLoss{},
+        {.inner_loop = {.steps = 2, .learning_rate = 0.01, .gradient_noise = 0.01},
+         .driver = driver},
+        init));
+    trains(Reptile<Net, MseLoss, float, cuda>(net, MseLoss{},
+                                              {.inner_loop = loop, .driver = driver}, init));
+    trains(MetaSgd<Net, MseLoss, float, cuda>(net, MseLoss{},
+                                              {.inner_loop = loop, .driver = driver}, init));
+    trains(Anil<Net, MseLoss, float, cuda>(net, MseLoss{}, {.inner_loop = loop, .driver = driver},
+                                           init));
+    // Eager while its multi-step loss and first order anneal (2 steps), then replays.
+    trains(MamlPlusPlus<Net, MseLoss, float, cuda>(
+        net, MseLoss{},
+        {.inner_loop = loop, .multi_step_loss_steps = 2, .first_order_steps = 2, .driver = driver},
+        init));
+  }
+}

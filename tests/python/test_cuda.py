@@ -113,3 +113,19 @@ def test_a_gpu_checkpoint_loads_on_the_cpu(tmp_path):
     for name, value in trained.state().items():
         np.testing.assert_array_equal(on_cpu.state()[name], value)
         np.testing.assert_array_equal(back.state()[name], value)
+
+
+@gpu
+def test_fit_replays_maml_steps_that_are_its_eager_steps():
+    """fit records MAML's step as a CUDA graph and replays it (the default);
+    MAML's replays compute its eager steps, so both runs end at the same
+    meta-parameters."""
+    replayed, eager = learner(device="cuda"), learner(device="cuda")
+    tasks = pp.SinusoidLine(support=10, query=10)
+    a = replayed.fit(tasks, steps=6, meta_batch=5, record_every=1, generator=pp.Generator(5))
+    b = eager.fit(
+        tasks, steps=6, meta_batch=5, record_every=1, generator=pp.Generator(5), cuda_graph=False
+    )
+    assert [r["query_loss"] for r in a] == pytest.approx([r["query_loss"] for r in b], rel=1e-6)
+    for name, value in eager.state().items():
+        np.testing.assert_allclose(replayed.state()[name], value, rtol=1e-6, atol=1e-7)

@@ -85,6 +85,14 @@ class GraphedMetaStep {
     graph_->replay();
   }
 
+  // Whether `batch` has the recording's shapes, the only ones step() takes.
+  bool fits(const TaskBatch<T, cuda>& batch) const {
+    return batch.support_x.shape() == inputs_.support_x.shape() &&
+           batch.support_y.shape() == inputs_.support_y.shape() &&
+           batch.query_x.shape() == inputs_.query_x.shape() &&
+           batch.query_y.shape() == inputs_.query_y.shape();
+  }
+
   // The latest step's statistics (waits for it).
   MetaStepResult statistics() const {
     return MetaStepResult::read(statistics_, Learner::statistic_names);

@@ -8,6 +8,17 @@
 // (TrainingControl::after_step) goes on from its LoopPosition, saved with the
 // learner's training state (io/training_run.hpp), with the same bits.
 //
+// On the CUDA backend the loop records the first meta-step that the learner
+// allows (replay_obstacle() empty: one thread, no ramp still running) as a
+// CUDA graph and replays it for every later step (GraphedMetaStep), as
+// PyTorch users wrap a training step in torch.cuda.graphs: the same
+// arithmetic with one launch a step instead of one per op (issue 38).
+// MAML's replays are its eager steps; noisy learners (PLATIPUS, MAML +
+// noise) draw their noise from the graph's salt, so a run resumed from a
+// checkpoint draws other noise than one that never stopped. A batch of other
+// shapes than the recording's takes an eager step; cuda_graph = false keeps
+// every step eager.
+//
 //   meta_train(maml, sampler, gen, {.steps = 10000, .meta_batch = 25},
 //              [&](const TrainingRecord& r) { log.record({{"step", r.step}, ...}); });
 #pragma once
@@ -17,10 +28,12 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "platipus/meta/driver/concepts.hpp"
+#include "platipus/meta/driver/graphed_step.hpp"
 #include "platipus/meta/driver/step_statistics.hpp"
 
 namespace platipus {
@@ -30,6 +43,7 @@ struct TrainingLoop {
   std::int64_t meta_batch = 25;        // tasks per meta-step
   std::int64_t record_every = 0;       // steps per record; 0: steps / 200 (at least 1)
   std::string name = "meta-training";  // names the run in errors
+  bool cuda_graph = true;              // on CUDA, replay the step as a CUDA graph where allowed
 
   // Steps between two records. It derives from `steps` alone, so a resumed
   // loop records at the same steps as one that never stopped.
@@ -65,6 +79,51 @@ struct TrainingControl {
   std::function<bool(const LoopPosition&)> after_step = {};
 };
 
+namespace detail {
+
+// A training loop's meta-steps, taken eagerly (a learner on another backend
+// than CUDA is never a ReplayableLearner).
+template <class Learner, bool = ReplayableLearner<Learner, typename Learner::T>>
+class MetaSteps {
+ public:
+  MetaSteps(Learner& learner, bool /*cuda_graph*/) : learner_(learner) {}
+  MetaStepResult take(const TaskBatch<typename Learner::T, typename Learner::B>& batch,
+                      Generator& gen) {
+    return learner_.meta_train_step(batch, gen);
+  }
+
+ private:
+  Learner& learner_;
+};
+
+// On CUDA: replays of one recorded step from the first that the learner
+// allows (which is that step: GraphedMetaStep runs it, then records the next
+// without running it); eager steps before it and for batches of other shapes.
+template <class Learner>
+class MetaSteps<Learner, true> {
+  using T = typename Learner::T;
+
+ public:
+  MetaSteps(Learner& learner, bool cuda_graph) : learner_(learner), cuda_graph_(cuda_graph) {}
+  MetaStepResult take(const TaskBatch<T, cuda>& batch, Generator& gen) {
+    if (graph_ && graph_->fits(batch)) {
+      graph_->step(batch);
+      return graph_->statistics();
+    }
+    if (graph_ || !cuda_graph_ || !learner_.replay_obstacle().empty())
+      return learner_.meta_train_step(batch, gen);
+    graph_ = std::make_unique<GraphedMetaStep<Learner, T>>(learner_, batch, gen);
+    return graph_->statistics();
+  }
+
+ private:
+  Learner& learner_;
+  bool cuda_graph_;
+  std::unique_ptr<GraphedMetaStep<Learner, T>> graph_;
+};
+
+}  // namespace detail
+
 // Meta-trains `learner` (a Maml, Platipus or any MetaLearner) on batches
 // from `sampler`, drawing every batch and every meta-step's noise from gen;
 // calls on_record after every record_every steps and after the last.
@@ -90,10 +149,10 @@ LoopPosition meta_train(Learner& learner, const Sampler& sampler, Generator& gen
     return at.seconds +
            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  detail::MetaSteps<Learner> steps(learner, loop.cuda_graph);
   while (at.step < loop.steps) {
     const std::int64_t step = at.step + 1;
-    const MetaStepResult result =
-        learner.meta_train_step(sampler.sample(loop.meta_batch, gen), gen);
+    const MetaStepResult result = steps.take(sampler.sample(loop.meta_batch, gen), gen);
     const bool finite = std::isfinite(result.query_loss) &&
                         std::ranges::all_of(result.statistics, [](const Statistic& s) {
                           return std::isfinite(s.value);
