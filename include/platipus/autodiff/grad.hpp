@@ -190,19 +190,6 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       fold(p, v);
       return {p.count ? p.parts[0] : Var<T, B>(), p.count && p.negated[0]};
     };
-    // The gradient of v so far, negated if it stands negated.
-    auto gradient = [&](const Value* v) {
-      Summands& p = grads[slot(v)];
-      fold(p, v);
-      if (p.count == 1 && p.negated[0]) {
-        const Var<T, B> g = neg(p.parts[0]);
-        if (auto* h = held(g)) ++*h;
-        let_go(p.parts[0]);
-        p.parts[0] = g;
-        p.negated[0] = false;
-      }
-      return p.count ? p.parts[0] : Var<T, B>();
-    };
     std::vector<char> wanted(span, 0);  // slots read after the sweep
     for (const auto& x : inputs)
       if (x.requires_grad() && in_range(x.record())) wanted[slot(x.record())] = 1;
@@ -261,8 +248,8 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     }
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i].requires_grad() && in_range(inputs[i].record()))
-        if (const Var<T, B> g = gradient(inputs[i].record()); g.defined())
-          result[i] = expand(g, inputs[i].shape());
+        if (const auto [g, negated] = signed_gradient(inputs[i].record()); g.defined())
+          result[i] = expand(negated ? neg(g) : g, inputs[i].shape());
   }
 
   for (std::size_t i = 0; i < inputs.size(); ++i) {
