@@ -26,6 +26,8 @@
 // platipus::error naming the CUDA call.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <concepts>
 #include <memory>
 #include <string>
@@ -68,11 +70,9 @@ class GraphedMetaStep {
 
   // One meta-step on `batch`, queued on the calling thread's stream.
   void step(const TaskBatch<T, cuda>& batch) {
-    const Tensor<T, cuda>* from[] = {&batch.support_x, &batch.support_y, &batch.query_x,
-                                     &batch.query_y};
-    Tensor<T, cuda>* to[] = {&inputs_.support_x, &inputs_.support_y, &inputs_.query_x,
-                             &inputs_.query_y};
-    for (std::size_t i = 0; i < std::size(from); ++i)
+    const auto from = tensors(batch);
+    const auto to = tensors(inputs_);
+    for (std::size_t i = 0; i < from.size(); ++i)
       check(from[i]->shape() == to[i]->shape(), "GraphedMetaStep::step",
             "{} is {}, but the recording's is {}", names[i], from[i]->shape(), to[i]->shape());
     std::size_t i = 0;
@@ -80,17 +80,16 @@ class GraphedMetaStep {
       check(i < buffers_.size() && part.second->data() == buffers_[i++], "GraphedMetaStep::step",
             "the learner's {} was replaced after recording; record a new GraphedMetaStep",
             part.first);
-    for (std::size_t k = 0; k < std::size(from); ++k)
+    for (std::size_t k = 0; k < from.size(); ++k)
       cuda::copy(to[k]->data(), from[k]->data(), to[k]->bytes());
     graph_->replay();
   }
 
   // Whether `batch` has the recording's shapes, the only ones step() takes.
   bool fits(const TaskBatch<T, cuda>& batch) const {
-    return batch.support_x.shape() == inputs_.support_x.shape() &&
-           batch.support_y.shape() == inputs_.support_y.shape() &&
-           batch.query_x.shape() == inputs_.query_x.shape() &&
-           batch.query_y.shape() == inputs_.query_y.shape();
+    return std::ranges::equal(tensors(batch), tensors(inputs_), [](const auto* a, const auto* b) {
+      return a->shape() == b->shape();
+    });
   }
 
   // The latest step's statistics (waits for it).
@@ -105,6 +104,11 @@ class GraphedMetaStep {
 
  private:
   static constexpr const char* names[] = {"support x", "support y", "query x", "query y"};
+  // Pointers to a batch's tensors (const where it is), in the order of `names`.
+  template <class Batch>
+  static auto tensors(Batch& batch) {
+    return std::array{&batch.support_x, &batch.support_y, &batch.query_x, &batch.query_y};
+  }
 
   Learner& learner_;
   TaskBatch<T, cuda> inputs_;
