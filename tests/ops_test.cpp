@@ -131,24 +131,79 @@ TEST_CASE("arithmetic ops with broadcasting pass first and second order checks",
         },
         list(normal({2, 3}, 61), normal({2, 3}, 62)));
   }
+  SECTION("foreach_expand and foreach_sum_to") {
+    // Second order: each op's rule records the other.
+    check_derivatives(
+        [](auto x) {
+          const std::array<V, 2> pieces{x[0], x[1]};
+          const auto copies = foreach_expand(std::span<const V>(pieces), 3);
+          const std::array<V, 2> products{copies[0] * copies[0] * x[2], copies[1] * copies[1]};
+          const auto sums = foreach_sum_to(std::span<const V>(products));
+          return sums[0] * sums[1] + copies[0] * x[1];
+        },
+        list(normal({2, 3}, 65), normal({3}, 66), normal({3, 2, 3}, 67)));
+  }
+}
+
+// PiecesLayout's capacity and 6 more tensors on CountingBackend<cpu> of a
+// few shapes, after a leading axis of `lead` where given; piece 3 has no
+// elements. 29 pieces with elements: a foreach call of 24 and one of 5.
+std::vector<Tensor<double, CountingBackend<cpu>>> foreach_pieces(
+    std::uint64_t seed, std::optional<std::int64_t> lead = std::nullopt) {
+  std::vector<Tensor<double, CountingBackend<cpu>>> pieces;
+  for (int i = 0; i < PiecesLayout<double>::capacity + 6; ++i) {
+    Shape shape;
+    if (lead) shape.push_back(*lead);
+    for (std::int64_t d :
+         i == 3 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{i % 4 + 1, 3})
+      shape.push_back(d);
+    pieces.push_back(
+        normal(shape, seed + static_cast<std::uint64_t>(i)).to<CountingBackend<cpu>>());
+  }
+  return pieces;
+}
+
+template <class X>
+std::vector<const X*> pointers(const std::vector<X>& x) {
+  std::vector<const X*> p;
+  for (const auto& xi : x) p.push_back(&xi);
+  return p;
+}
+
+TEST_CASE("foreach_expand and foreach_sum_to: a call per capacity, the bits of expand and sum_to",
+          "[ops]") {
+  using counted = CountingBackend<cpu>;
+  constexpr std::int64_t tasks = 5;
+  const auto a = foreach_pieces(300), b = foreach_pieces(400, tasks);
+  const auto pa = pointers(a), pb = pointers(b);
+  counted::reset();
+  const auto copies = raw::foreach_expand(pa, tasks);
+  const auto sums = raw::foreach_sum_to(pb);
+  const KernelCalls calls = counted::calls();
+  CHECK(calls["foreach_expand"] == 2);
+  CHECK(calls["foreach_sum_to"] == 2);
+  CHECK(calls.total() == 4);
+  REQUIRE(copies.size() == a.size());
+  REQUIRE(sums.size() == a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(copies[i].shape() == b[i].shape());
+    CHECK(copies[i].to<cpu>().to_vector() == raw::expand(a[i], b[i].shape()).to<cpu>().to_vector());
+    CHECK(sums[i].shape() == a[i].shape());
+    CHECK(sums[i].to<cpu>().to_vector() == raw::sum_to(b[i], a[i].shape()).to<cpu>().to_vector());
+  }
+  auto mixed = pb;
+  mixed.push_back(&a[0]);
+  CHECK_THROWS_WITH(
+      raw::foreach_sum_to(mixed),
+      Contains("piece 30 is [1, 3]") && Contains("piece 0 has 5 along its leading axis"));
+  CHECK_THROWS_WITH(raw::foreach_expand(pa, 0), Contains("0 copies"));
 }
 
 TEST_CASE("foreach kernels take any number of pieces, a call per capacity, each piece's bits",
           "[ops]") {
   using counted = CountingBackend<cpu>;
-  using Counted = Tensor<double, counted>;
-  constexpr int pieces = PiecesLayout<double>::capacity + 6;
-  std::vector<Counted> a, b;
-  std::vector<const Counted*> pa, pb;
-  for (int i = 0; i < pieces; ++i) {
-    const Shape shape = i == 3 ? Shape{0} : Shape{i % 4 + 1, 3};  // one empty piece
-    a.push_back(normal(shape, 100 + static_cast<std::uint64_t>(i)).to<counted>());
-    b.push_back(normal(shape, 200 + static_cast<std::uint64_t>(i)).to<counted>());
-  }
-  for (int i = 0; i < pieces; ++i) {
-    pa.push_back(&a[static_cast<std::size_t>(i)]);
-    pb.push_back(&b[static_cast<std::size_t>(i)]);
-  }
+  const auto a = foreach_pieces(100), b = foreach_pieces(200);
+  auto pa = pointers(a), pb = pointers(b);
   counted::reset();
   const auto sums = raw::foreach_axpy(pa, pb, -0.7);
   const auto scaled = raw::foreach_map(UnaryOp::scale, pa, 1.3);

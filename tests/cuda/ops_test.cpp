@@ -230,6 +230,18 @@ TEMPLATE_TEST_CASE("shape and index ops match the CPU backend", "[cuda][ops]", f
         },
         list(normal<T>({PiecesLayout<T>::capacity + 2, 3}, 54)));
   }
+  SECTION("foreach_expand and foreach_sum_to (a task axis for every piece, and back)") {
+    check_op<T>(
+        [](auto x) {
+          using V = std::decay_t<decltype(x[0])>;
+          const std::array<V, 2> pieces{x[0], x[1] * x[1]};
+          const auto copies = foreach_expand(std::span<const V>(pieces), 3);
+          const std::array<V, 2> products{copies[0] * copies[0], copies[1] * x[2]};
+          const auto sums = foreach_sum_to(std::span<const V>(products));
+          return sums[0] * sums[1];
+        },
+        list(normal<T>({2, 3}, 55), normal<T>({3}, 56), normal<T>({3, 3}, 57)));
+  }
   SECTION("index_select with repeated indices") {
     check_op<T>(
         [](auto x) {

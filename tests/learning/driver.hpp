@@ -117,6 +117,10 @@ TEST_CASE("a counting backend counts each kernel by name and changes no bit", "[
   CHECK(calls["foreach_axpy"] == 2);
   CHECK(calls["foreach_unary scale"] == 2);
   CHECK(calls["axpy"] == 0);
+  // One call gives every piece its task axis and one sums their gradients
+  // over the tasks, where a copy and a reduction per piece were.
+  CHECK(calls["foreach_expand"] == 1);
+  CHECK(calls["foreach_sum_to"] == 1);
   // Each layer's forward is one call (bias, product and ReLU): two hidden
   // layers and the output layer at each inner step and on the query set.
   CHECK(calls["linear"] == static_cast<std::uint64_t>(settings.inner_loop.steps + 1));

@@ -75,6 +75,13 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::foreach_axpy(pd, 1.0)};
   {B::foreach_unary(UnaryOp::scale, pf, 1.0f)};
   {B::foreach_unary(UnaryOp::scale, pd, 1.0)};
+  // Each a_i (n_i values) written `copies` times one after another into y_i,
+  // and back: y_i = the sum of a_i's `copies` blocks of n_i values, added in
+  // order from 0 (the bits of reduce over a leading axis).
+  {B::foreach_expand(pf, n)};
+  {B::foreach_expand(pd, n)};
+  {B::foreach_sum_to(pf, n)};
+  {B::foreach_sum_to(pd, n)};
   // y = ±x_0 ± x_1 ± ... in that order (SummandsLayout, 2 to its capacity).
   {B::add_n(sf)};
   {B::add_n(sd)};

@@ -112,6 +112,16 @@ struct CountingBackend : B {
     B::foreach_unary(op, l, s);
   }
   template <class T>
+  static void foreach_expand(const PiecesLayout<T>& l, std::int64_t copies) {
+    count("foreach_expand");
+    B::foreach_expand(l, copies);
+  }
+  template <class T>
+  static void foreach_sum_to(const PiecesLayout<T>& l, std::int64_t copies) {
+    count("foreach_sum_to");
+    B::foreach_sum_to(l, copies);
+  }
+  template <class T>
   static void add_n(const SummandsLayout<T>& l) {
     count("add_n");
     B::add_n(l);

@@ -147,6 +147,52 @@ std::vector<Tensor<T, B>> foreach_map(UnaryOp op, const std::vector<const Tensor
                             [&](const PiecesLayout<T>& l) { B::foreach_unary(op, l, scalar); });
 }
 
+// Each x_i [shape_i] as `copies` stacked copies [copies, shape_i], in calls
+// of up to PiecesLayout::capacity pieces: expand to a new leading axis.
+template <class T, class B>
+std::vector<Tensor<T, B>> foreach_expand(const std::vector<const Tensor<T, B>*>& x,
+                                         std::int64_t copies) {
+  check(copies >= 1, "foreach_expand", "{} copies asked for", copies);
+  std::vector<Tensor<T, B>> y;
+  std::vector<const T*> xs;
+  std::vector<T*> ys;
+  std::vector<std::int64_t> n;
+  for (const auto* xi : x) {
+    Shape shape{copies};
+    for (auto d : xi->shape().dims()) shape.push_back(d);
+    y.emplace_back(shape);
+    xs.push_back(xi->data());
+    ys.push_back(y.back().data());
+    n.push_back(xi->numel());
+  }
+  detail::launch_pieces<T>(xs, {}, ys, n,
+                           [copies](const PiecesLayout<T>& l) { B::foreach_expand(l, copies); });
+  return y;
+}
+
+// Each x_i [copies, shape_i] summed over its leading axis to [shape_i], as
+// sum_to does, in calls of up to PiecesLayout::capacity pieces: the adjoint
+// of foreach_expand.
+template <class T, class B>
+std::vector<Tensor<T, B>> foreach_sum_to(const std::vector<const Tensor<T, B>*>& x) {
+  std::vector<Tensor<T, B>> y;
+  std::vector<const T*> xs;
+  std::vector<T*> ys;
+  std::vector<std::int64_t> n;
+  const std::int64_t copies = x.empty() ? 0 : x[0]->dim(0);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    check(x[i]->rank() >= 1 && x[i]->dim(0) == copies, "foreach_sum_to",
+          "piece {} is {}, but piece 0 has {} along its leading axis", i, x[i]->shape(), copies);
+    y.emplace_back(x[i]->shape().drop_front(1));
+    xs.push_back(x[i]->data());
+    ys.push_back(y.back().data());
+    n.push_back(y.back().numel());
+  }
+  detail::launch_pieces<T>(xs, {}, ys, n,
+                           [copies](const PiecesLayout<T>& l) { B::foreach_sum_to(l, copies); });
+  return y;
+}
+
 // ±x[0] ± x[1] ± ... in that order, all of one shape, in one backend call
 // (2 to SummandsLayout's capacity of summands): x[k] enters negated where
 // negate[k] (none when negate is empty), with the bits of negating it first.

@@ -32,25 +32,32 @@ void set_scaled(Backward<T, B>& c, std::span<const Var<T, B>> g,
   for (std::size_t k = 0; k < inputs.size(); ++k) c.set(inputs[k], scaled[k]);
 }
 
+// For an op whose output i answers input i: sets each input's gradient, for
+// the outputs that received one, to adjoint(those gradients), one op for all.
+template <class T, class B, class Adjoint>
+void set_each(Backward<T, B>& c, Adjoint adjoint) {
+  std::vector<Var<T, B>> g;
+  std::vector<std::size_t> inputs;
+  for (std::size_t i = 0; i < c.output_count(); ++i)
+    if (c.needs(i) && c.grad(i).defined()) {
+      g.push_back(c.grad(i));
+      inputs.push_back(i);
+    }
+  if (g.empty()) return;
+  const auto gradients = adjoint(std::span<const Var<T, B>>(g));
+  for (std::size_t k = 0; k < inputs.size(); ++k) c.set(inputs[k], gradients[k]);
+}
+
 }  // namespace detail
 
 // s * x_i for every i.
 template <class T, class B>
 std::vector<Var<T, B>> foreach_scale(std::span<const Var<T, B>> x, T s) {
   check(!x.empty(), "foreach_scale", "no tensors given");
-  const std::size_t n = x.size();
   return record_many(
       "foreach_scale", x, raw::foreach_map(UnaryOp::scale, detail::values(x), s),
-      [n, s](Backward<T, B>& c) {
-        std::vector<Var<T, B>> g;
-        std::vector<std::size_t> inputs;
-        for (std::size_t i = 0; i < n; ++i)
-          if (c.needs(i) && c.grad(i).defined()) {
-            g.push_back(c.grad(i));
-            inputs.push_back(i);
-          }
-        detail::set_scaled(c, std::span<const Var<T, B>>(g), std::span<const std::size_t>(inputs),
-                           s);
+      [s](Backward<T, B>& c) {
+        detail::set_each(c, [s](std::span<const Var<T, B>> g) { return foreach_scale(g, s); });
       },
       saves_nothing);
 }
@@ -81,6 +88,39 @@ std::vector<Var<T, B>> foreach_add_scaled(std::span<const Var<T, B>> a,
         }
         detail::set_scaled(c, std::span<const Var<T, B>>(g), std::span<const std::size_t>(inputs),
                            s);
+      },
+      saves_nothing);
+}
+
+template <class T, class B>
+std::vector<Var<T, B>> foreach_sum_to(std::span<const Var<T, B>> x);
+
+// Each x_i [shape_i] expanded to [copies, shape_i] (a copy, as expand's) by
+// one op: a model's parameters given a task axis, so that their gradients
+// are per task (the inner loop's first step, per_task). Its adjoint sums
+// the gradients back with one op, and that op's adjoint is this one.
+template <class T, class B>
+std::vector<Var<T, B>> foreach_expand(std::span<const Var<T, B>> x, std::int64_t copies) {
+  check(!x.empty(), "foreach_expand", "no tensors given");
+  return record_many(
+      "foreach_expand", x, raw::foreach_expand(detail::values(x), copies),
+      [](Backward<T, B>& c) {
+        detail::set_each(c, [](std::span<const Var<T, B>> g) { return foreach_sum_to(g); });
+      },
+      saves_nothing);
+}
+
+// Each x_i [copies, shape_i] summed over its leading axis (copies the same
+// for all) by one op: the adjoint of foreach_expand.
+template <class T, class B>
+std::vector<Var<T, B>> foreach_sum_to(std::span<const Var<T, B>> x) {
+  check(!x.empty(), "foreach_sum_to", "no tensors given");
+  const std::int64_t copies = x[0].rank() >= 1 ? x[0].dim(0) : 0;
+  return record_many(
+      "foreach_sum_to", x, raw::foreach_sum_to(detail::values(x)),
+      [copies](Backward<T, B>& c) {
+        detail::set_each(
+            c, [copies](std::span<const Var<T, B>> g) { return foreach_expand(g, copies); });
       },
       saves_nothing);
 }

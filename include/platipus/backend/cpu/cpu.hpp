@@ -117,6 +117,22 @@ struct cpu {
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
     for (int i = 0; i < l.count; ++i) unary(op, l.a[i], l.y[i], l.n[i], s);
   }
+  template <class T>
+  static void foreach_expand(const PiecesLayout<T>& l, std::int64_t copies) {
+    for (int k = 0; k < l.count; ++k)
+      for (std::int64_t c = 0; c < copies; ++c) std::copy_n(l.a[k], l.n[k], l.y[k] + c * l.n[k]);
+  }
+  // The copies' sums in order, from 0, as reduce sums a leading axis.
+  template <class T>
+  static void foreach_sum_to(const PiecesLayout<T>& l, std::int64_t copies) {
+    for (int k = 0; k < l.count; ++k) {
+      const std::int64_t n = l.n[k];
+      T* y = l.y[k];
+      std::fill_n(y, n, T(0));
+      for (const T* x = l.a[k]; x != l.a[k] + copies * n; x += n)
+        for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] + x[i];
+    }
+  }
 
   template <class T>
   static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t) {

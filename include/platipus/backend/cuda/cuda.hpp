@@ -79,6 +79,10 @@ struct cuda {
   template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s);
   template <class T>
+  static void foreach_expand(const PiecesLayout<T>& l, std::int64_t copies);
+  template <class T>
+  static void foreach_sum_to(const PiecesLayout<T>& l, std::int64_t copies);
+  template <class T>
   static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t);
 
   // ---- reductions ----

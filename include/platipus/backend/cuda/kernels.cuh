@@ -138,6 +138,29 @@ __global__ void foreach_unary_kernel(F f, PiecesLayout<T> l, T s) {
   for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) y[i] = f(x[i], s);
 }
 
+template <class T>
+__global__ void foreach_expand_kernel(PiecesLayout<T> l, std::int64_t copies) {
+  const int p = static_cast<int>(blockIdx.y);
+  const T* x = l.a[p];
+  T* y = l.y[p];
+  const std::int64_t n = l.n[p];
+  for (std::int64_t i = thread_index(); i < n * copies; i += thread_count()) y[i] = x[i % n];
+}
+
+// Each sum in order from 0, as the CPU's (and reduce's) leading-axis sums.
+template <class T>
+__global__ void foreach_sum_to_kernel(PiecesLayout<T> l, std::int64_t copies) {
+  const int p = static_cast<int>(blockIdx.y);
+  const T* x = l.a[p];
+  T* y = l.y[p];
+  const std::int64_t n = l.n[p];
+  for (std::int64_t i = thread_index(); i < n; i += thread_count()) {
+    T sum = T(0);
+    for (std::int64_t c = 0; c < copies; ++c) sum = sum + x[c * n + i];
+    y[i] = sum;
+  }
+}
+
 // Launches a foreach kernel over a layout of pieces (PiecesLayout,
 // AdamLayout): a row of blocks per piece, as many as the largest piece needs
 // (up to the cap).
@@ -571,6 +594,18 @@ void cuda::foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
     cuda_kernels::launch_foreach("cuda::foreach_unary", l,
                                  cuda_kernels::foreach_unary_kernel<T, decltype(f)>, f, l, s);
   });
+}
+
+template <class T>
+void cuda::foreach_expand(const PiecesLayout<T>& l, std::int64_t copies) {
+  cuda_kernels::launch_foreach("cuda::foreach_expand", l, cuda_kernels::foreach_expand_kernel<T>, l,
+                               copies);
+}
+
+template <class T>
+void cuda::foreach_sum_to(const PiecesLayout<T>& l, std::int64_t copies) {
+  cuda_kernels::launch_foreach("cuda::foreach_sum_to", l, cuda_kernels::foreach_sum_to_kernel<T>, l,
+                               copies);
 }
 
 template <class T>

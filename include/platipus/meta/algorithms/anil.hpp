@@ -90,10 +90,10 @@ class AnilObjective : public ObjectiveBase<M, L, T, B, AnilSettings, MamlNames> 
     auto phi = adapt_head(tape.variable(parts[theta]), support_x, support_y, tasks,
                           settings_.inner_loop.for_evaluation(), {.detached = true})
                    .params;
+    std::vector<std::size_t> body;
     for (std::size_t i = 0; i < phi.size(); ++i)
-      if (std::find(head_.begin(), head_.end(), i) == head_.end())
-        phi[i] = with_task_axis(phi[i], tasks);
-    return flat_values(phi, model_.layout());
+      if (std::find(head_.begin(), head_.end(), i) == head_.end()) body.push_back(i);
+    return flat_values(with_task_axis(std::move(phi), body, tasks), model_.layout());
   }
 
   // The indices of the pieces the inner loop adapts.

@@ -94,26 +94,32 @@ void check_support_set(const M& model, const L& loss, const Tensor<T, B>& suppor
   check_targets(loss, model, support_y, who);
 }
 
-// A piece [shape...] expanded to [tasks, shape...] (a view).
+// The pieces numbered in `chosen` expanded to [tasks, shape...] by one op
+// (foreach_expand: one kernel on a device, and one for their gradients'
+// sums, issue 38); the others as they are.
 template <class T, class B>
-Var<T, B> with_task_axis(const Var<T, B>& piece, std::int64_t tasks) {
-  Shape shape{tasks};
-  for (auto d : piece.shape().dims()) shape.push_back(d);
-  return expand(piece, shape);
+Pieces<T, B> with_task_axis(Pieces<T, B> pieces, std::span<const std::size_t> chosen,
+                            std::int64_t tasks) {
+  if (chosen.empty()) return pieces;
+  Pieces<T, B> shared;
+  for (auto i : chosen) shared.push_back(pieces[i]);
+  const auto expanded = foreach_expand(std::span<const Var<T, B>>(shared), tasks);
+  for (std::size_t k = 0; k < chosen.size(); ++k) pieces[chosen[k]] = expanded[k];
+  return pieces;
 }
 
-// The pieces of a flat vector [P] (views, no copy), each expanded to a task
-// axis: [tasks, shape...]. Gradients with respect to the pieces are then
+// The pieces of a flat vector [P], each expanded to a task axis: [tasks,
+// shape...] (with_task_axis). Gradients with respect to the pieces are then
 // per task. With `only`, just those pieces get the axis (ANIL's head); the
-// others stay shared by the tasks.
+// others stay shared by the tasks (views, no copy).
 template <class T, class B>
 Pieces<T, B> per_task(const Var<T, B>& flat, const nn::ParamLayout& layout, std::int64_t tasks,
                       std::span<const std::size_t> only = {}) {
   Pieces<T, B> pieces = unflatten(flat, layout.shapes());
+  std::vector<std::size_t> chosen;
   for (std::size_t i = 0; i < pieces.size(); ++i)
-    if (only.empty() || std::find(only.begin(), only.end(), i) != only.end())
-      pieces[i] = with_task_axis(pieces[i], tasks);
-  return pieces;
+    if (only.empty() || std::find(only.begin(), only.end(), i) != only.end()) chosen.push_back(i);
+  return with_task_axis(std::move(pieces), chosen, tasks);
 }
 
 // The flat vectors [batch..., P] of pieces [batch..., shape_k], as a tensor.
