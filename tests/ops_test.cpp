@@ -300,6 +300,43 @@ TEST_CASE("rules that map their gradient elementwise read it unexpanded unless t
 }
 
 TEST_CASE(
+    "a ReLU layer's routed gradient and its bias's are one call in a sweep that records nothing, "
+    "with the bits of the recorded rules",
+    "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  struct Layer {
+    Shape x, w, b;
+    std::uint64_t fused;  // relu_bias_backward calls without create_graph
+  };
+  // A layer shared by the tasks, a layer per task (the inner loop's), one
+  // output unit per task, a batch of one, and a bias whose batch axis g's
+  // rows are not grouped by (the recorded rules then).
+  for (const Layer& layer :
+       {Layer{{3, 4, 2}, {2, 5}, {5}, 1}, Layer{{3, 4, 2}, {3, 2, 5}, {3, 5}, 1},
+        Layer{{3, 4, 2}, {3, 2, 1}, {3, 1}, 1}, Layer{{3, 4, 2}, {1, 2, 5}, {1, 5}, 1},
+        Layer{{2, 3, 4, 2}, {3, 2, 5}, {3, 5}, 0}}) {
+    const auto x0 = normal(layer.x, 420), w0 = normal(layer.w, 421), b0 = normal(layer.b, 422);
+    std::vector<std::vector<double>> results[2];
+    for (const bool create_graph : {false, true}) {
+      Tape<double, counted> tape;
+      const std::array<CountedVar, 3> inputs{tape.variable(x0.to<counted>()),
+                                             tape.variable(w0.to<counted>()),
+                                             tape.variable(b0.to<counted>())};
+      const CountedVar h = linear(inputs[0], inputs[1], inputs[2], Activation::relu);
+      const CountedVar y = sum(mul(h, h));
+      counted::reset();
+      const auto g = grad(y, std::span<const CountedVar>(inputs), {.create_graph = create_graph});
+      const KernelCalls calls = counted::calls();
+      CHECK(calls["relu_bias_backward"] == (create_graph ? 0 : layer.fused));
+      CHECK(calls["binary relu_backward"] == (create_graph ? 1 : 1 - layer.fused));
+      for (const auto& gi : g) results[create_graph].push_back(gi.value().to<cpu>().to_vector());
+    }
+    CHECK(results[0] == results[1]);
+  }
+}
+
+TEST_CASE(
     "a task-summed mean loss's gradient stays one value through reshape and sum_to unless the "
     "sweep records",
     "[ops][grad]") {

@@ -16,6 +16,7 @@ namespace platipus {
   template void cuda::foreach_axpy<T>(const PiecesLayout<T>&, T);                                  \
   template void cuda::add_n<T>(const SummandsLayout<T>&);                                          \
   template void cuda::foreach_unary<T>(UnaryOp, const PiecesLayout<T>&, T);                        \
+  template void cuda::relu_bias_backward<T>(const BiasLayout&, const T*, const T*, T*, T*);        \
   template void cuda::foreach_expand<T>(const PiecesLayout<T>&, std::int64_t);                     \
   template void cuda::foreach_sum_to<T>(const PiecesLayout<T>&, std::int64_t);                     \
   template void cuda::select<T>(const T*, const T*, const T*, T*, std::int64_t);                   \

@@ -21,12 +21,12 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            const BroadcastLayout& bl, const ReduceLayout& rl, const CopyLayout& cl,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
                            const LinearLayout<float>& lf, const LinearLayout<double>& ld,
-                           const PiecesLayout<float>& pf, const PiecesLayout<double>& pd,
-                           const SummandsLayout<float>& sf, const SummandsLayout<double>& sd,
-                           const AdamLayout<float>& af, const AdamLayout<double>& ad,
-                           const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool,
-                           const NormLayout& norm, std::int64_t* positions, std::uint64_t u,
-                           const TaskStreams& ts) {
+                           const BiasLayout& bias, const PiecesLayout<float>& pf,
+                           const PiecesLayout<double>& pd, const SummandsLayout<float>& sf,
+                           const SummandsLayout<double>& sd, const AdamLayout<float>& af,
+                           const AdamLayout<double>& ad, const IndexLayout& il,
+                           const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm,
+                           std::int64_t* positions, std::uint64_t u, const TaskStreams& ts) {
   // A human-readable device name, for messages.
   { B::name } -> std::convertible_to<const char*>;
   // How many host threads a learner spreads a meta-batch's tasks over when
@@ -101,6 +101,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   // (LinearLayout): the bias, product and activation of an MLP layer.
   {B::linear(lf, x, x, x, y)};
   {B::linear(ld, xd, xd, xd, yd)};
+  // Its backward before the product when the activation is ReLU (BiasLayout):
+  // the routed gradient and the bias's gradient in one call.
+  {B::relu_bias_backward(bias, x, x, y, y)};
+  {B::relu_bias_backward(bias, xd, xd, yd, yd)};
 
   // Gather along an axis (dst[o, j, i] = src[o, index[j], i]) and its adjoint
   // (dst = zeros, then dst[o, index[j], i] += src[o, j, i]: dst is written

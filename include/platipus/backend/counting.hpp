@@ -112,6 +112,11 @@ struct CountingBackend : B {
     B::foreach_unary(op, l, s);
   }
   template <class T>
+  static void relu_bias_backward(const BiasLayout& l, const T* g, const T* y, T* dx, T* db) {
+    count("relu_bias_backward");
+    B::relu_bias_backward(l, g, y, dx, db);
+  }
+  template <class T>
   static void foreach_expand(const PiecesLayout<T>& l, std::int64_t copies) {
     count("foreach_expand");
     B::foreach_expand(l, copies);

@@ -71,6 +71,14 @@ struct LinearLayout {
   UnaryOp activation = UnaryOp::copy;
 };
 
+// A linear layer's gradient g [batch, rows, n] before its ReLU, routed by
+// the layer's output (relu_backward), and the bias's gradient [batch, n]:
+// the routed rows' sums, each in row order from 0 (the bits of
+// relu_backward followed by reduce).
+struct BiasLayout {
+  std::int64_t batch = 0, rows = 0, n = 0;
+};
+
 // One Adam step (Kingma & Ba, 2015), applied in place to a parameter p, its
 // moments m and v and its gradient g; every backend runs this formula:
 //   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,

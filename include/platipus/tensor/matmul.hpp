@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 
 #include "platipus/tensor/layout.hpp"
 #include "platipus/tensor/tensor.hpp"
@@ -115,6 +116,30 @@ Tensor<T, B> linear(const Tensor<T, B>& x, const Tensor<T, B>& w, const Tensor<T
   if (l.stride_bias == 0) detail::merge_row_blocks(l.gemm);
   B::linear(l, x.data(), w.data(), b.data(), y.data());
   return y;
+}
+
+// The gradients that relu(x w + b) passes on before its product, from its
+// output y and their gradient g [..., N, out]: g routed by y
+// (relu_backward) and the bias's gradient (its sums over the rows, at the
+// bias's shape), in one backend call (BiasLayout). Nothing where g's rows
+// are not grouped by the bias's batch axes (a bias [out] sums all rows, one
+// [batch..., out] needs g [batch..., N, out]).
+template <class T, class B>
+std::optional<std::pair<Tensor<T, B>, Tensor<T, B>>> relu_bias_backward(const Tensor<T, B>& g,
+                                                                        const Tensor<T, B>& y,
+                                                                        const Shape& bias) {
+  check(g.shape() == y.shape(), "relu_bias_backward", "gradient {} for an output {}", g.shape(),
+        y.shape());
+  const std::int64_t n = bias.dim(-1);
+  const Shape batch = bias.take_front(bias.rank() - 1);
+  if (g.numel() == 0 || g.dim(-1) != n ||
+      (batch.numel() > 1 &&
+       (g.rank() != bias.rank() + 1 || g.shape().take_front(batch.rank()) != batch)))
+    return std::nullopt;
+  const BiasLayout l{.batch = batch.numel(), .rows = g.numel() / (batch.numel() * n), .n = n};
+  std::pair<Tensor<T, B>, Tensor<T, B>> d{Tensor<T, B>(g.shape()), Tensor<T, B>(bias)};
+  B::relu_bias_backward(l, g.data(), y.data(), d.first.data(), d.second.data());
+  return d;
 }
 
 }  // namespace platipus::raw

@@ -50,6 +50,15 @@ Var<T, B> linear(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b,
   return record(
       "linear_activation", {x, w, b}, raw::linear(x.value(), w.value(), b.value(), op),
       [activation](Backward<T, B>& c) {
+        if (activation == Activation::relu && c.needs(2) && !GradMode::enabled()) {
+          // Nothing to record: ReLU's gradient and the bias's in one call.
+          if (auto d = raw::relu_bias_backward(c.grad().value(), c.output().value(),
+                                               c.input(2).shape())) {
+            detail::matmul_backward(c, c.tape().constant(std::move(d->first)), false, false);
+            c.set(2, c.tape().constant(std::move(d->second)));
+            return;
+          }
+        }
         detail::linear_backward(c, activation_backward(activation, c.grad(), c.output()));
       },
       Saved{.inputs = 0b011, .outputs = true});

@@ -197,6 +197,17 @@ struct cpu {
   static void linear(const LinearLayout<T>& l, const T* a, const T* b, const T* bias, T* c) {
     detail::linear_in_parts<cpu>(l, a, b, bias, c);
   }
+  template <class T>
+  static void relu_bias_backward(const BiasLayout& l, const T* g, const T* y, T* dx, T* db) {
+    for (std::int64_t k = 0; k < l.batch; ++k, db += l.n) {
+      std::fill_n(db, l.n, T(0));
+      for (std::int64_t r = 0; r < l.rows; ++r, g += l.n, y += l.n, dx += l.n)
+        for (std::int64_t i = 0; i < l.n; ++i) {
+          dx[i] = y[i] > T(0) ? g[i] : T(0);  // relu_backward's formula (op_codes.hpp)
+          db[i] = db[i] + dx[i];
+        }
+    }
+  }
   // Eigen's product for each matrix of the batch: the products small_gemm
   // does not take, and every product of a build without libxsmm.
   template <class T>

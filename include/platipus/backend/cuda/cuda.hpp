@@ -79,6 +79,8 @@ struct cuda {
   template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s);
   template <class T>
+  static void relu_bias_backward(const BiasLayout& l, const T* g, const T* y, T* dx, T* db);
+  template <class T>
   static void foreach_expand(const PiecesLayout<T>& l, std::int64_t copies);
   template <class T>
   static void foreach_sum_to(const PiecesLayout<T>& l, std::int64_t copies);

@@ -138,6 +138,21 @@ __global__ void foreach_unary_kernel(F f, PiecesLayout<T> l, T s) {
   for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) y[i] = f(x[i], s);
 }
 
+// A thread per bias gradient element, down its column of rows.
+template <class T>
+__global__ void relu_bias_backward_kernel(BiasLayout l, const T* g, const T* y, T* dx, T* db) {
+  for (std::int64_t o = thread_index(); o < l.batch * l.n; o += thread_count()) {
+    const std::int64_t k = o / l.n, i = o % l.n;
+    T sum = T(0);
+    for (std::int64_t r = 0; r < l.rows; ++r) {
+      const std::int64_t at = (k * l.rows + r) * l.n + i;
+      dx[at] = y[at] > T(0) ? g[at] : T(0);
+      sum = sum + dx[at];
+    }
+    db[o] = sum;
+  }
+}
+
 template <class T>
 __global__ void foreach_expand_kernel(PiecesLayout<T> l, std::int64_t copies) {
   const int p = static_cast<int>(blockIdx.y);
@@ -594,6 +609,12 @@ void cuda::foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
     cuda_kernels::launch_foreach("cuda::foreach_unary", l,
                                  cuda_kernels::foreach_unary_kernel<T, decltype(f)>, f, l, s);
   });
+}
+
+template <class T>
+void cuda::relu_bias_backward(const BiasLayout& l, const T* g, const T* y, T* dx, T* db) {
+  cuda_kernels::launch("cuda::relu_bias_backward", l.batch * l.n,
+                       cuda_kernels::relu_bias_backward_kernel<T>, l, g, y, dx, db);
 }
 
 template <class T>
