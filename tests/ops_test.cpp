@@ -196,6 +196,11 @@ TEST_CASE("foreach_expand and foreach_sum_to: a call per capacity, the bits of e
   CHECK_THROWS_WITH(
       raw::foreach_sum_to(mixed),
       Contains("piece 30 is [1, 3]") && Contains("piece 0 has 5 along its leading axis"));
+  const Tensor<double, CountingBackend<cpu>> zero_rank(Shape{});
+  auto with_scalar = pb;
+  with_scalar[2] = &zero_rank;
+  CHECK_THROWS_WITH(raw::foreach_sum_to(with_scalar),
+                    Contains("piece 2 is a scalar, with no leading axis to sum"));
   CHECK_THROWS_WITH(raw::foreach_expand(pa, 0), Contains("0 copies"));
 }
 

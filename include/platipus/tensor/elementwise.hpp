@@ -103,25 +103,39 @@ void launch_pieces(std::span<const T* const> a, std::span<const T* const> b, std
       launch);
 }
 
-// New tensors shaped as x's, written by launch(PiecesLayout); b, when not
-// empty, pairs with x.
-template <class T, class B, class Launch>
+// A piece's output: its shape and the elements its PiecesLayout slot counts.
+struct PieceOutput {
+  Shape shape;
+  std::int64_t n;
+};
+
+// New tensors y_i shaped by output(*x[i]), written by launch(PiecesLayout)
+// over slots of output(*x[i]).n elements; b, when not empty, pairs with x.
+template <class T, class B, class Output, class Launch>
 std::vector<Tensor<T, B>> map_pieces(const std::vector<const Tensor<T, B>*>& x,
-                                     const std::vector<const Tensor<T, B>*>& b, Launch launch) {
+                                     const std::vector<const Tensor<T, B>*>& b, Output output,
+                                     Launch launch) {
   std::vector<Tensor<T, B>> y;
   y.reserve(x.size());
   std::vector<const T*> xs, bs;
   std::vector<T*> ys;
   std::vector<std::int64_t> n;
   for (std::size_t i = 0; i < x.size(); ++i) {
-    y.emplace_back(x[i]->shape());
+    PieceOutput out = output(*x[i]);
+    y.emplace_back(out.shape);
     xs.push_back(x[i]->data());
     if (!b.empty()) bs.push_back(b[i]->data());
     ys.push_back(y.back().data());
-    n.push_back(x[i]->numel());
+    n.push_back(out.n);
   }
   launch_pieces<T>(xs, bs, ys, n, launch);
   return y;
+}
+
+// The output of a piece mapped element by element: x's shape.
+template <class T, class B>
+PieceOutput same_shape(const Tensor<T, B>& x) {
+  return {x.shape(), x.numel()};
 }
 
 }  // namespace detail
@@ -135,7 +149,8 @@ std::vector<Tensor<T, B>> foreach_axpy(const std::vector<const Tensor<T, B>*>& a
   for (std::size_t i = 0; i < a.size(); ++i)
     check(a[i]->shape() == b[i]->shape(), "foreach_add_scaled", "piece {}: shapes {} and {} differ",
           i, a[i]->shape(), b[i]->shape());
-  return detail::map_pieces(a, b, [s](const PiecesLayout<T>& l) { B::foreach_axpy(l, s); });
+  return detail::map_pieces(a, b, detail::same_shape<T, B>,
+                            [s](const PiecesLayout<T>& l) { B::foreach_axpy(l, s); });
 }
 
 // f(x_i, s) for every i, as map does on each, in calls of up to
@@ -143,7 +158,7 @@ std::vector<Tensor<T, B>> foreach_axpy(const std::vector<const Tensor<T, B>*>& a
 template <class T, class B>
 std::vector<Tensor<T, B>> foreach_map(UnaryOp op, const std::vector<const Tensor<T, B>*>& x,
                                       T scalar = T(0)) {
-  return detail::map_pieces(x, {},
+  return detail::map_pieces(x, {}, detail::same_shape<T, B>,
                             [&](const PiecesLayout<T>& l) { B::foreach_unary(op, l, scalar); });
 }
 
@@ -153,21 +168,13 @@ template <class T, class B>
 std::vector<Tensor<T, B>> foreach_expand(const std::vector<const Tensor<T, B>*>& x,
                                          std::int64_t copies) {
   check(copies >= 1, "foreach_expand", "{} copies asked for", copies);
-  std::vector<Tensor<T, B>> y;
-  std::vector<const T*> xs;
-  std::vector<T*> ys;
-  std::vector<std::int64_t> n;
-  for (const auto* xi : x) {
+  const auto stacked = [copies](const Tensor<T, B>& xi) {
     Shape shape{copies};
-    for (auto d : xi->shape().dims()) shape.push_back(d);
-    y.emplace_back(shape);
-    xs.push_back(xi->data());
-    ys.push_back(y.back().data());
-    n.push_back(xi->numel());
-  }
-  detail::launch_pieces<T>(xs, {}, ys, n,
-                           [copies](const PiecesLayout<T>& l) { B::foreach_expand(l, copies); });
-  return y;
+    for (auto d : xi.shape().dims()) shape.push_back(d);
+    return detail::PieceOutput{shape, xi.numel()};
+  };
+  return detail::map_pieces(x, {}, stacked,
+                            [copies](const PiecesLayout<T>& l) { B::foreach_expand(l, copies); });
 }
 
 // Each x_i [copies, shape_i] summed over its leading axis to [shape_i], as
@@ -175,22 +182,20 @@ std::vector<Tensor<T, B>> foreach_expand(const std::vector<const Tensor<T, B>*>&
 // of foreach_expand.
 template <class T, class B>
 std::vector<Tensor<T, B>> foreach_sum_to(const std::vector<const Tensor<T, B>*>& x) {
-  std::vector<Tensor<T, B>> y;
-  std::vector<const T*> xs;
-  std::vector<T*> ys;
-  std::vector<std::int64_t> n;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    check(x[i]->rank() >= 1, "foreach_sum_to", "piece {} is a scalar, with no leading axis to sum",
+          i);
   const std::int64_t copies = x.empty() ? 0 : x[0]->dim(0);
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    check(x[i]->rank() >= 1 && x[i]->dim(0) == copies, "foreach_sum_to",
+  for (std::size_t i = 0; i < x.size(); ++i)
+    check(x[i]->dim(0) == copies, "foreach_sum_to",
           "piece {} is {}, but piece 0 has {} along its leading axis", i, x[i]->shape(), copies);
-    y.emplace_back(x[i]->shape().drop_front(1));
-    xs.push_back(x[i]->data());
-    ys.push_back(y.back().data());
-    n.push_back(y.back().numel());
-  }
-  detail::launch_pieces<T>(xs, {}, ys, n,
-                           [copies](const PiecesLayout<T>& l) { B::foreach_sum_to(l, copies); });
-  return y;
+  const auto summed = [](const Tensor<T, B>& xi) {
+    Shape shape = xi.shape().drop_front(1);
+    const std::int64_t n = shape.numel();
+    return detail::PieceOutput{std::move(shape), n};
+  };
+  return detail::map_pieces(x, {}, summed,
+                            [copies](const PiecesLayout<T>& l) { B::foreach_sum_to(l, copies); });
 }
 
 // ±x[0] ± x[1] ± ... in that order, all of one shape, in one backend call
