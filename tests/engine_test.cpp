@@ -125,14 +125,21 @@ std::array<C, 2> two_variables(Tape<float, counted>& tape, std::uint64_t seed) {
   return {x, tape.variable(raw::normal<float>({3, 4}, gen).to<counted>())};
 }
 
-// out's gradients with respect to both, and the backend calls of the sweep.
+// out's gradients with respect to both, and the backend calls of the sweep:
+// seeded by a tensor of ones, or, where uniform_seed, by grad's own seed,
+// which the sweep knows to be 1 (Backward::uniform_grad).
 struct CountedSweep {
   std::array<std::vector<float>, 2> grads;
   KernelCalls calls;
 };
-CountedSweep counted_sweep(const C& out, const std::array<C, 2>& inputs, bool create_graph) {
+CountedSweep counted_sweep(const C& out, const std::array<C, 2>& inputs, bool create_graph,
+                           bool uniform_seed = false) {
+  const C seed = out.tape().constant(Tensor<float, counted>::ones(out.shape()));
   counted::reset();
-  const auto g = grad(out, std::span<const C>(inputs), {.create_graph = create_graph});
+  const auto g = uniform_seed
+                     ? grad(out, std::span<const C>(inputs), {.create_graph = create_graph})
+                     : grad(std::span<const C>(&out, 1), std::span<const C>(inputs),
+                            std::span<const C>(&seed, 1), {.create_graph = create_graph});
   const KernelCalls calls = counted::calls();
   return {{g[0].value().to<cpu>().to_vector(), g[1].value().to<cpu>().to_vector()}, calls};
 }
@@ -218,6 +225,84 @@ TEST_CASE("rules pass a negated gradient's sign on where no kernel must negate i
     CHECK(held.grads[0][i] == Approx(1.f - ys[i] - 1.f / ys[i]));
     CHECK(held.grads[1][i] == Approx(-xs[i] + xs[i] / (ys[i] * ys[i])));
   }
+}
+
+TEST_CASE("a gradient known to be one value in every element takes no kernel until read",
+          "[grad][backend]") {
+  // A mean squared error: the seed, the mean's scale, its sum's broadcast and
+  // the reshape stay one host value, and square's rule takes one scale. The
+  // bits of a tensor seed's sweep, in a sweep that records and in one that
+  // does not.
+  Tape<float, counted> tape;
+  const auto inputs = two_variables(tape, 83);
+  const auto& [x, y] = inputs;
+  const C loss = sum(mean(reshape(square(sub(x, y)), {3, 2, 2}), {1, 2}));
+  for (const bool create_graph : {false, true}) {
+    const CountedSweep uniform = counted_sweep(loss, inputs, create_graph, true);
+    const CountedSweep seeded = counted_sweep(loss, inputs, create_graph);
+    CHECK(uniform.grads == seeded.grads);
+    CHECK(uniform.calls.total() == 2u);  // square's scale, and sub's sign for y
+    CHECK(uniform.calls["unary scale"] == 1u);
+    // A tensor seed's sweep scales the mean's gradient and multiplies it into
+    // square's (and copies it over the points where it records).
+    CHECK(seeded.calls.total() >= uniform.calls.total() + 2);
+  }
+  // Uniform gradients that meet tensors, or that a rule reads, become tensors
+  // of the same values: add's broadcast input sums it, mul scales by it, exp
+  // reads it.
+  const C b = tape.variable(Tensor<float, counted>::from_host({1, 4}, {0.5f, -1, 2, 0.25f}));
+  const std::array<C, 2> xb{x, b};
+  const C mixed = sum(add(add(mul(x, y), exp(x)), scale(shift(add(x, b), 0.5f), -3.f)));
+  for (const bool create_graph : {false, true}) {
+    const CountedSweep uniform = counted_sweep(mixed, xb, create_graph, true);
+    const CountedSweep seeded = counted_sweep(mixed, xb, create_graph);
+    CHECK(uniform.grads == seeded.grads);
+    // exp's rule reads it, b's gradient sums it, and x's -3 meets x's others.
+    CHECK(uniform.calls["fill"] == 3u);
+    CHECK(uniform.calls["binary mul"] == 1u);  // exp's rule; mul's takes a scale
+  }
+}
+
+TEST_CASE("gradients through uniform seeds match finite differences, first and second order",
+          "[grad]") {
+  // grad's own seed (uniform) through mean, sum, reshape, sum_to, scale,
+  // neg, shift, add, sub, mul and square; the recorded first derivative is
+  // differentiated again by gradcheck (double).
+  const auto loss = [](std::span<const V> x) {
+    const V d = sub(mul(x[0], x[1]), reshape(sum_to(neg(x[1]), {1, 3}), {3}));
+    return add(scale(mean(square(shift(d, 0.25))), 1.5), sum(mul(x[0], x[0])));
+  };
+  Generator gen(84);
+  std::vector<Tensor<double>> at;
+  for (int i = 0; i < 2; ++i) at.push_back(raw::normal<double>({2, 3}, gen));
+  const DoubleFunction<cpu> first = [&](std::span<const V> x) {
+    const auto g = grad(loss(x), x, {.create_graph = true});
+    return concat({reshape(g[0], {-1}), reshape(g[1], {-1})}, 0);
+  };
+  // The loss with element e of input i moved by `by`.
+  const auto loss_at = [&](std::size_t i, std::size_t e, double by) {
+    Tape<double> tape;
+    std::vector<V> x;
+    for (std::size_t j = 0; j < at.size(); ++j) {
+      auto values = at[j].to_vector();
+      if (j == i) values[e] += by;
+      x.push_back(tape.constant(Tensor<double>::from_host(at[j].shape(), values)));
+    }
+    return loss(x).to_vector()[0];
+  };
+  Tape<double> tape;
+  std::vector<V> x;
+  for (const auto& t : at) x.push_back(tape.variable(t.clone()));
+  const auto values = first(x).to_vector();
+  const double h = 1e-6;
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < at.size(); ++i)
+    for (std::size_t e = 0; e < static_cast<std::size_t>(at[i].numel()); ++e, ++k)
+      CHECK(values[k] ==
+            Approx((loss_at(i, e, h) - loss_at(i, e, -h)) / (2 * h)).epsilon(1e-6).margin(1e-8));
+  const auto second = gradcheck(first, at);
+  INFO(second.message);
+  CHECK(second.ok);
 }
 
 TEST_CASE("under a no-grad guard ops record nothing", "[grad]") {

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -122,11 +123,14 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     // A value's gradients so far. Without create_graph a part may stand
     // negated (Backward::set_negated): it is negated where the parts are
     // added, by subtracting it (the bits of adding its negation), and on its
-    // own only when it is read alone.
+    // own only when it is read alone. A value whose one gradient so far is
+    // known on the host to be u in every element holds u and no part
+    // (Backward::uniform_grad); a second gradient makes it a tensor.
     struct Summands {
       std::array<Var<T, B>, SummandsLayout<T>::capacity> parts;
       std::array<bool, SummandsLayout<T>::capacity> negated{};
       int count = 0;
+      std::optional<T> uniform;
     };
     std::vector<Summands> grads(span);
     // How many slots hold each value made from here on (id >= fresh).
@@ -178,17 +182,36 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     };
     auto accumulate = [&](const Value* v, Var<T, B> g, bool negated) {
       Summands& p = grads[slot(v)];
+      if (p.uniform) {
+        Var<T, B> filled = tape.constant(Tensor<T, B>::full(v->data.shape(), *p.uniform));
+        p.uniform.reset();
+        if (auto* h = held(filled)) ++*h;
+        p.parts[static_cast<std::size_t>(p.count++)] = std::move(filled);
+      }
       if (auto* h = held(g)) ++*h;
       p.negated[static_cast<std::size_t>(p.count)] = negated;
       p.parts[static_cast<std::size_t>(p.count++)] = std::move(g);
       if (p.count == fold_at) fold(p, v);
     };
-    // The gradient of v so far (undefined if none has reached it), up to its
-    // sign: the gradient is -g where the flag says so.
-    auto signed_gradient = [&](const Value* v) -> std::pair<Var<T, B>, bool> {
+    auto accumulate_uniform = [&](const Value* v, T u) {
       Summands& p = grads[slot(v)];
+      if (p.count == 0 && !p.uniform)
+        p.uniform = u;
+      else
+        accumulate(v, tape.constant(Tensor<T, B>::full(v->data.shape(), u)), false);
+    };
+    // The gradient of v so far (undefined if none has reached it), up to its
+    // sign: the gradient is -g where the flag says so; or its uniform value.
+    struct Gradient {
+      Var<T, B> g;
+      bool negated = false;
+      std::optional<T> uniform;
+    };
+    auto gradient = [&](const Value* v) -> Gradient {
+      Summands& p = grads[slot(v)];
+      if (p.uniform) return {Var<T, B>(), false, p.uniform};
       fold(p, v);
-      return {p.count ? p.parts[0] : Var<T, B>(), p.count && p.negated[0]};
+      return {p.count ? p.parts[0] : Var<T, B>(), p.count && p.negated[0], std::nullopt};
     };
     std::vector<char> wanted(span, 0);  // slots read after the sweep
     for (const auto& x : inputs)
@@ -196,24 +219,27 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     for (std::size_t k = 0; k < outputs.size(); ++k) {
       const Value* y = outputs[k].record();
       if (!in_range(y) || !reaches[slot(y)]) continue;
-      accumulate(y,
-                 grad_outputs.empty() ? tape.constant(Tensor<T, B>::ones(y->data.shape()))
-                                      : grad_outputs[k],
-                 false);
+      if (grad_outputs.empty())
+        accumulate_uniform(y, T(1));
+      else
+        accumulate(y, grad_outputs[k], false);
     }
 
     std::vector<Var<T, B>> out_grads, in_grads;
     std::vector<char> out_negated, needs, negated;
+    std::vector<std::optional<T>> out_uniform, in_uniform;
     for (std::size_t n = last; n-- > first;) {
       auto* node = tape.node_list()[n];  // re-read: recording rules grow the list
       out_grads.clear();
       out_negated.clear();
+      out_uniform.clear();
       bool any_grad = false;
       for (const Value* v : node->outputs) {
-        const auto [g, g_negated] = signed_gradient(v);
-        out_grads.push_back(g);
+        auto [g, g_negated, uniform] = gradient(v);
+        any_grad = any_grad || g.defined() || uniform;
+        out_grads.push_back(std::move(g));
         out_negated.push_back(g_negated);
-        any_grad = any_grad || out_grads.back().defined();
+        out_uniform.push_back(uniform);
       }
       if (!any_grad) continue;
       needs.assign(node->inputs.size(), 0);
@@ -226,11 +252,18 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       if (!any_need) continue;
       in_grads.assign(node->inputs.size(), Var<T, B>());
       negated.assign(node->inputs.size(), 0);
+      in_uniform.assign(node->inputs.size(), std::nullopt);
       const std::size_t made = tape.values();  // the rule's temporaries, expansions included
-      Backward<T, B> context(*node, out_grads, out_negated, needs, in_grads, negated);
+      Backward<T, B> context(*node, out_grads, out_negated, out_uniform, needs, in_grads, negated,
+                             in_uniform);
       node->backward(context);
       for (std::size_t i = 0; i < node->inputs.size(); ++i) {
-        if (!needs[i] || !in_grads[i].defined()) continue;
+        if (!needs[i]) continue;
+        if (in_uniform[i]) {
+          accumulate_uniform(node->inputs[i], *in_uniform[i]);
+          continue;
+        }
+        if (!in_grads[i].defined()) continue;
         check(detail::broadcasts_at_rank(in_grads[i].shape(), node->inputs[i]->data.shape()),
               "grad", "the backward rule of '{}' gave shape {} for input {} of shape {}",
               node->name, in_grads[i].shape(), i, node->inputs[i]->data.shape());
@@ -246,10 +279,13 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
         p = Summands{};
       }
     }
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].requires_grad() && in_range(inputs[i].record()))
-        if (const auto [g, negated] = signed_gradient(inputs[i].record()); g.defined())
-          result[i] = expand(negated ? neg(g) : g, inputs[i].shape());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].requires_grad() || !in_range(inputs[i].record())) continue;
+      if (const auto [g, negated, uniform] = gradient(inputs[i].record()); uniform)
+        result[i] = tape.constant(Tensor<T, B>::full(inputs[i].shape(), *uniform));
+      else if (g.defined())
+        result[i] = expand(negated ? neg(g) : g, inputs[i].shape());
+    }
   }
 
   for (std::size_t i = 0; i < inputs.size(); ++i) {

@@ -11,6 +11,7 @@
 // itself recorded and can be differentiated again, to any order.
 #pragma once
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -29,21 +30,28 @@ template <class T, class B>
 class Backward {
  public:
   // grads[k] is the k-th output's gradient, or its negation where
-  // grads_negated[k]; the rule's results[i] likewise with negated[i].
+  // grads_negated[k], or, where uniform[k] holds a value, undefined: every
+  // element of the gradient is that value (see uniform_grad); the rule's
+  // results[i] likewise with negated[i] and uniform_results[i].
   Backward(detail::Node<T, B>& node, std::span<Var<T, B>> grads, std::span<char> grads_negated,
-           std::span<const char> needs, std::span<Var<T, B>> results, std::span<char> negated)
+           std::span<std::optional<T>> uniform, std::span<const char> needs,
+           std::span<Var<T, B>> results, std::span<char> negated,
+           std::span<std::optional<T>> uniform_results)
       : node_(node),
         grads_(grads),
         grads_negated_(grads_negated),
+        uniform_(uniform),
         needs_(needs),
         results_(results),
-        negated_(negated) {}
+        negated_(negated),
+        uniform_results_(uniform_results) {}
 
   Var<T, B> input(std::size_t i) const { return Var<T, B>(node_.inputs[i]); }
   Var<T, B> output(std::size_t k = 0) const { return Var<T, B>(node_.outputs[k]); }
   // The gradient of the k-th output, at the output's shape; undefined when
   // none flowed into it (only possible for ops with several outputs).
   Var<T, B> grad(std::size_t k = 0) const {
+    fill_uniform(k, node_.outputs[k]->data.shape());
     negate_now(k);
     return expanded(k);
   }
@@ -55,6 +63,7 @@ class Backward {
   // of the expanded gradient.
   Var<T, B> broadcast_grad(std::size_t k = 0) const {
     if (GradMode::enabled()) return grad(k);
+    fill_uniform(k, one_value(k));
     negate_now(k);
     return grads_[k];
   }
@@ -65,14 +74,23 @@ class Backward {
   // set(i, ..., negated) so that no kernel negates it: (-a) b is -(a b) to
   // the bit. Not for a sum of g's elements (see detail::set_sum_to).
   std::pair<Var<T, B>, bool> signed_grad(std::size_t k = 0) const {
+    fill_uniform(k, node_.outputs[k]->data.shape());
     return {expanded(k), grads_negated_[k] != 0};
   }
   // signed_grad(k) as it arrived, unexpanded where a sweep records nothing
   // (see broadcast_grad), for rules that pass it on as a view.
   std::pair<Var<T, B>, bool> signed_broadcast_grad(std::size_t k = 0) const {
     if (GradMode::enabled()) return signed_grad(k);
+    fill_uniform(k, one_value(k));
     return {grads_[k], grads_negated_[k] != 0};
   }
+  // The value of every element of the k-th output's gradient where the sweep
+  // knows it on the host (the seed of a scalar output, and what scale, neg,
+  // reshape, sum_to, add and sub make of such a gradient), until a rule reads
+  // the gradient as a tensor. Rules that use it make no kernel for the
+  // gradient: a loss's mean or sum passes it on, and mse's square takes one
+  // scale (issue 38). Host arithmetic on it is T's, as a kernel's.
+  std::optional<T> uniform_grad(std::size_t k = 0) const { return uniform_[k]; }
   bool needs(std::size_t i) const { return needs_[i] != 0; }
   void set(std::size_t i, Var<T, B> g) { results_[i] = g; }
   void set(std::size_t i, Var<T, B> g, bool negated) {
@@ -94,6 +112,8 @@ class Backward {
       negated_[i] = 1;
     }
   }
+  // Input i's gradient is u in every element, at the input's shape.
+  void set_uniform(std::size_t i, T u) { uniform_results_[i] = u; }
   std::size_t input_count() const { return node_.inputs.size(); }
   std::size_t output_count() const { return node_.outputs.size(); }
   Tape<T, B>& tape() const { return *node_.outputs[0]->tape; }
@@ -107,6 +127,19 @@ class Backward {
       g = expand(g, node_.outputs[k]->data.shape());
     return g;
   }
+  // A uniform gradient as a tensor of `shape`, filled once, its sign taken.
+  void fill_uniform(std::size_t k, const Shape& shape) const {
+    if (!uniform_[k]) return;
+    grads_[k] = tape().constant(Tensor<T, B>::full(shape, *uniform_[k]));
+    grads_negated_[k] = 0;
+    uniform_[k].reset();
+  }
+  // One value at the k-th output's rank: how a sweep that records nothing
+  // hands a broadcast gradient to rules that read it unexpanded.
+  Shape one_value(std::size_t k) const {
+    return Shape(std::vector<std::int64_t>(
+        static_cast<std::size_t>(node_.outputs[k]->data.shape().rank()), 1));
+  }
   void negate_now(std::size_t k) const {
     if (!grads_negated_[k]) return;
     grads_[k] = neg(grads_[k]);
@@ -116,9 +149,11 @@ class Backward {
   detail::Node<T, B>& node_;
   std::span<Var<T, B>> grads_;
   std::span<char> grads_negated_;
+  std::span<std::optional<T>> uniform_;
   std::span<const char> needs_;
   std::span<Var<T, B>> results_;
   std::span<char> negated_;
+  std::span<std::optional<T>> uniform_results_;
 };
 
 // Which values an op's backward rule reads beyond their shapes: bit i of

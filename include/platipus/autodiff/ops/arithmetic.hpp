@@ -25,27 +25,59 @@ void set_sum_to(Backward<T, B>& c, std::size_t i, const Var<T, B>& g, bool negat
   else
     c.set(i, sum_to(negated ? neg(g) : g, c.input(i).shape()));
 }
+
+// Input i's gradient where the output's is u in every element: u where
+// there is nothing to sum, else the sum of u's tensor. Returns false, having
+// set nothing, where the output's gradient is a tensor.
+template <class T, class B>
+bool set_uniform_sum_to(Backward<T, B>& c, std::size_t i, bool negated) {
+  const auto u = c.uniform_grad();
+  if (!u) return false;
+  if (c.input(i).shape() == c.output().shape())
+    c.set_uniform(i, negated ? -*u : *u);
+  else
+    set_sum_to(c, i, c.grad(), negated);
+  return true;
+}
 }  // namespace detail
 
 template <class T, class B>
 Var<T, B> neg(const Var<T, B>& x) {
   return record(
       "neg", {x}, raw::map(UnaryOp::neg, x.value()),
-      [](Backward<T, B>& c) { c.set_negated(0, c.broadcast_grad()); }, saves_nothing);
+      [](Backward<T, B>& c) {
+        if (const auto u = c.uniform_grad())
+          c.set_uniform(0, -*u);
+        else
+          c.set_negated(0, c.broadcast_grad());
+      },
+      saves_nothing);
 }
 
 template <class T, class B>
 Var<T, B> scale(const Var<T, B>& x, T s) {
   return record(
       "scale", {x}, raw::map(UnaryOp::scale, x.value(), s),
-      [s](Backward<T, B>& c) { c.set(0, scale(c.broadcast_grad(), s)); }, saves_nothing);
+      [s](Backward<T, B>& c) {
+        if (const auto u = c.uniform_grad())
+          c.set_uniform(0, *u * s);
+        else
+          c.set(0, scale(c.broadcast_grad(), s));
+      },
+      saves_nothing);
 }
 
 template <class T, class B>
 Var<T, B> shift(const Var<T, B>& x, T s) {
   return record(
       "shift", {x}, raw::map(UnaryOp::add_scalar, x.value(), s),
-      [](Backward<T, B>& c) { c.set(0, c.broadcast_grad()); }, saves_nothing);
+      [](Backward<T, B>& c) {
+        if (const auto u = c.uniform_grad())
+          c.set_uniform(0, *u);
+        else
+          c.set(0, c.broadcast_grad());
+      },
+      saves_nothing);
 }
 
 template <class T, class B>
@@ -53,9 +85,11 @@ Var<T, B> add(const Var<T, B>& a, const Var<T, B>& b) {
   return record(
       "add", {a, b}, raw::map(BinaryOp::add, a.value(), b.value(), "add"),
       [](Backward<T, B>& c) {
-        const auto [g, negated] = c.signed_grad();
-        if (c.needs(0)) detail::set_sum_to(c, 0, g, negated);
-        if (c.needs(1)) detail::set_sum_to(c, 1, g, negated);
+        for (std::size_t i = 0; i < 2; ++i)
+          if (c.needs(i) && !detail::set_uniform_sum_to(c, i, false)) {
+            const auto [g, negated] = c.signed_grad();
+            detail::set_sum_to(c, i, g, negated);
+          }
       },
       saves_nothing);
 }
@@ -65,9 +99,11 @@ Var<T, B> sub(const Var<T, B>& a, const Var<T, B>& b) {
   return record(
       "sub", {a, b}, raw::map(BinaryOp::sub, a.value(), b.value(), "sub"),
       [](Backward<T, B>& c) {
-        const auto [g, negated] = c.signed_grad();
-        if (c.needs(0)) detail::set_sum_to(c, 0, g, negated);
-        if (c.needs(1)) detail::set_sum_to(c, 1, g, !negated);
+        for (std::size_t i = 0; i < 2; ++i)
+          if (c.needs(i) && !detail::set_uniform_sum_to(c, i, i == 1)) {
+            const auto [g, negated] = c.signed_grad();
+            detail::set_sum_to(c, i, g, negated != (i == 1));
+          }
       },
       saves_nothing);
 }
@@ -77,9 +113,17 @@ Var<T, B> mul(const Var<T, B>& a, const Var<T, B>& b) {
   return record(
       "mul", {a, b}, raw::map(BinaryOp::mul, a.value(), b.value(), "mul"),
       [](Backward<T, B>& c) {
-        const auto [g, negated] = c.signed_grad();
-        if (c.needs(0)) detail::set_sum_to(c, 0, mul(g, c.input(1)), negated);
-        if (c.needs(1)) detail::set_sum_to(c, 1, mul(g, c.input(0)), negated);
+        for (std::size_t i = 0; i < 2; ++i) {
+          if (!c.needs(i)) continue;
+          // u b has the bits of the tensor u times b: no kernel fills u.
+          const Var<T, B> other = c.input(1 - i);
+          if (const auto u = c.uniform_grad(); u && other.shape() == c.output().shape()) {
+            detail::set_sum_to(c, i, scale(other, *u), false);
+          } else {
+            const auto [g, negated] = c.signed_grad();
+            detail::set_sum_to(c, i, mul(g, other), negated);
+          }
+        }
       },
       saves_inputs);
 }

@@ -34,6 +34,10 @@ Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
   return record(
       "sum_to", {x}, raw::sum_to(x.value(), shape),
       [](Backward<T, B>& c) {
+        if (const auto u = c.uniform_grad()) {
+          c.set_uniform(0, *u);
+          return;
+        }
         const Var<T, B> g = c.broadcast_grad();
         const Shape& to = c.input(0).shape();
         Shape kept;

@@ -8,7 +8,12 @@ namespace platipus {
 template <class T, class B>
 Var<T, B> square(const Var<T, B>& x) {
   return record("square", {x}, raw::map(UnaryOp::square, x.value()), [](Backward<T, B>& c) {
-    c.set(0, scale(mul(c.broadcast_grad(), c.input(0)), T(2)));
+    // 2 u x in one scale: (u x) 2 to the bit, doubling being exact (short of
+    // overflow and of a subnormal u x).
+    if (const auto u = c.uniform_grad())
+      c.set(0, scale(c.input(0), T(2) * *u));
+    else
+      c.set(0, scale(mul(c.broadcast_grad(), c.input(0)), T(2)));
   });
 }
 

@@ -41,6 +41,10 @@ Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
   return record(
       "reshape", {x}, Tensor<T, B>::view(x.value(), shape),
       [](Backward<T, B>& c) {
+        if (const auto u = c.uniform_grad()) {
+          c.set_uniform(0, *u);
+          return;
+        }
         // One value broadcast (a sum's or a mean's gradient) stays one value,
         // at the input's rank, so that no copy expands it (issue 38).
         if (const auto [g, negated] = c.signed_broadcast_grad(); g.numel() == 1) {
