@@ -247,17 +247,18 @@ TEST_CASE("a gradient known to be one value in every element takes no kernel unt
     // square's (and copies it over the points where it records).
     CHECK(seeded.calls.total() >= uniform.calls.total() + 2);
   }
-  // Uniform gradients that meet tensors, or that a rule reads, become tensors
-  // of the same values: add's broadcast input sums it, mul scales by it, exp
-  // reads it.
+  // Through sub, neg, scale, shift and add x's gradient from the second
+  // term stays 3; uniform gradients that meet tensors, or that a rule reads,
+  // become tensors of the same values: add's broadcast input sums it, mul
+  // scales by it, exp reads it.
   const C b = tape.variable(Tensor<float, counted>::from_host({1, 4}, {0.5f, -1, 2, 0.25f}));
   const std::array<C, 2> xb{x, b};
-  const C mixed = sum(add(add(mul(x, y), exp(x)), scale(shift(add(x, b), 0.5f), -3.f)));
+  const C mixed = sum(sub(add(mul(x, y), exp(x)), neg(scale(shift(add(x, b), 0.5f), 3.f))));
   for (const bool create_graph : {false, true}) {
     const CountedSweep uniform = counted_sweep(mixed, xb, create_graph, true);
     const CountedSweep seeded = counted_sweep(mixed, xb, create_graph);
     CHECK(uniform.grads == seeded.grads);
-    // exp's rule reads it, b's gradient sums it, and x's -3 meets x's others.
+    // exp's rule reads it, b's gradient sums it, and x's 3 meets x's others.
     CHECK(uniform.calls["fill"] == 3u);
     CHECK(uniform.calls["binary mul"] == 1u);  // exp's rule; mul's takes a scale
   }
