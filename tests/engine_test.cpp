@@ -266,12 +266,14 @@ TEST_CASE("a gradient known to be one value in every element takes no kernel unt
 
 TEST_CASE("gradients through uniform seeds match finite differences, first and second order",
           "[grad]") {
-  // grad's own seed (uniform) through mean, sum, reshape, sum_to, scale,
-  // neg, shift, add, sub, mul and square; the recorded first derivative is
-  // differentiated again by gradcheck (double).
+  // grad's own seed (uniform) through sub, add, neg, scale, shift and the
+  // sums' and the mean's sum_to and reshape, into square's and mul's rules,
+  // and, for x[1], meeting its tensor gradients; the recorded first
+  // derivative is differentiated again by gradcheck (double).
   const auto loss = [](std::span<const V> x) {
     const V d = sub(mul(x[0], x[1]), reshape(sum_to(neg(x[1]), {1, 3}), {3}));
-    return add(scale(mean(square(shift(d, 0.25))), 1.5), sum(mul(x[0], x[0])));
+    const V fitted = add(scale(mean(square(shift(d, 0.25))), 1.5), sum(mul(x[0], x[0])));
+    return sub(fitted, neg(scale(sum(shift(x[1], -0.5)), 0.75)));
   };
   Generator gen(84);
   std::vector<Tensor<double>> at;
