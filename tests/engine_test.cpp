@@ -262,18 +262,37 @@ TEST_CASE("a gradient known to be one value in every element takes no kernel unt
     CHECK(uniform.calls["fill"] == 3u);
     CHECK(uniform.calls["binary mul"] == 1u);  // exp's rule; mul's takes a scale
   }
+  // A mean cross-entropy's gradient, u (p - y): one sub and one scale per
+  // logits, no fill of the mean's gradient and no product with it.
+  std::vector<float> rows(12, 0.f);
+  for (std::size_t r = 0; r < 3; ++r) rows[r * 4 + (r * 3) % 4] = 1.f;  // one-hot
+  const auto one_hot = Tensor<float, counted>::from_host({3, 4}, rows);
+  const C cross_entropy = add(mean(cross_entropy_with_logits(x, one_hot.clone())),
+                              mean(cross_entropy_with_logits(y, one_hot.clone())));
+  for (const bool create_graph : {false, true}) {
+    const CountedSweep uniform = counted_sweep(cross_entropy, inputs, create_graph, true);
+    const CountedSweep seeded = counted_sweep(cross_entropy, inputs, create_graph);
+    CHECK(uniform.grads == seeded.grads);
+    CHECK(uniform.calls.total() == 4u);
+    CHECK(uniform.calls["binary sub"] == 2u);
+    CHECK(uniform.calls["unary scale"] == 2u);
+  }
 }
 
 TEST_CASE("gradients through uniform seeds match finite differences, first and second order",
           "[grad]") {
   // grad's own seed (uniform) through sub, add, neg, scale, shift and the
-  // sums' and the mean's sum_to and reshape, into square's and mul's rules,
-  // and, for x[1], meeting its tensor gradients; the recorded first
-  // derivative is differentiated again by gradcheck (double).
-  const auto loss = [](std::span<const V> x) {
+  // sums' and the mean's sum_to and reshape, into square's, mul's and
+  // cross_entropy_with_logits's rules, and, for x[1], meeting its tensor
+  // gradients; the recorded first derivative is differentiated again by
+  // gradcheck (double).
+  const auto targets = Tensor<double>::from_host({2, 3}, {0, 1, 0, 0.25, 0.25, 0.5});
+  const auto loss = [&](std::span<const V> x) {
     const V d = sub(mul(x[0], x[1]), reshape(sum_to(neg(x[1]), {1, 3}), {3}));
     const V fitted = add(scale(mean(square(shift(d, 0.25))), 1.5), sum(mul(x[0], x[0])));
-    return sub(fitted, neg(scale(sum(shift(x[1], -0.5)), 0.75)));
+    const V classified =
+        add(fitted, scale(mean(cross_entropy_with_logits(x[0], targets.clone())), 0.5));
+    return sub(classified, neg(scale(sum(shift(x[1], -0.5)), 0.75)));
   };
   Generator gen(84);
   std::vector<Tensor<double>> at;

@@ -86,7 +86,7 @@ class Backward {
   }
   // The value of every element of the k-th output's gradient where the sweep
   // knows it on the host (the seed of a scalar output, and what scale, neg,
-  // reshape, sum_to, add and sub make of such a gradient), until a rule reads
+  // shift, reshape, sum_to, add and sub make of such a gradient), until a rule reads
   // the gradient as a tensor. Rules that use it make no kernel for the
   // gradient: a loss's mean or sum passes it on, and mse's square takes one
   // scale (issue 38). Host arithmetic on it is T's, as a kernel's.

@@ -74,9 +74,13 @@ Var<T, B> cross_entropy_with_logits(const Var<T, B>& logits, Tensor<T, B> target
   return record_many(
       "cross_entropy_with_logits", std::span<const Var<T, B>>(inputs), std::move(results),
       [](Backward<T, B>& c) {
-        const auto p = c.output(1), gl = c.broadcast_grad(0), gp = c.grad(1);
+        const auto p = c.output(1), gp = c.grad(1);
         Var<T, B> dz;
-        if (gl.defined()) {
+        // A mean's or a sum's gradient known on the host scales p - y with
+        // no fill (issue 38): u (p - y) has the bits of the filled product.
+        if (const auto u = c.uniform_grad(0)) {
+          dz = scale(sub(p, c.input(1)), *u);
+        } else if (const auto gl = c.broadcast_grad(0); gl.defined()) {
           Shape rows = gl.shape();  // kept's shape, or one that broadcasts to it
           rows.push_back(1);
           dz = mul(reshape(gl, rows), sub(p, c.input(1)));
