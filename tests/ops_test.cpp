@@ -438,6 +438,37 @@ TEST_CASE("add_n negates the summands it is told to with the bits of negating th
       Contains("2 negate flags given for 3 summands"));
 }
 
+TEST_CASE("exp_scaled is exp(scale(x, s)) in one call, with its bits to the second derivative",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  Generator gen(410);
+  const auto x0 = raw::normal<float>({4, 3}, gen), w0 = raw::normal<float>({4, 3}, gen);
+  for (const float s : {0.5f, -1.f}) {
+    std::vector<float> results[2];
+    std::uint64_t backward_calls[2];
+    for (const bool fused : {false, true}) {
+      Tape<float, counted> tape;
+      const CountedVar x = tape.variable(x0.to<counted>()), w = tape.constant(w0.to<counted>());
+      counted::reset();
+      const CountedVar e = fused ? exp_scaled(x, s) : exp(s == -1.f ? neg(x) : scale(x, s));
+      CHECK(counted::calls().total() == (fused ? 1u : 2u));
+      // x reaches the loss twice, so that exp_scaled(x, -1)'s negated
+      // gradient is subtracted where x's two gradients meet.
+      const CountedVar loss = sum(add(mul(e, w), square(x)));
+      counted::reset();
+      const auto g = grad(loss, std::span<const CountedVar>(&x, 1))[0];
+      backward_calls[fused] = counted::calls().total();
+      const auto g2 = grad(loss, std::span<const CountedVar>(&x, 1), {.create_graph = true})[0];
+      const auto h = grad(sum(mul(g2, g2)), std::span<const CountedVar>(&x, 1))[0];
+      results[fused] = g.value().to<cpu>().to_vector();
+      for (const float v : h.value().to<cpu>().to_vector()) results[fused].push_back(v);
+    }
+    CHECK(results[0] == results[1]);
+    CHECK(backward_calls[0] == backward_calls[1]);  // -1's sign costs no kernel
+  }
+}
+
 TEST_CASE("power, exponential and activation ops pass first and second order checks", "[ops]") {
   SECTION("pow") {
     check_derivatives([](auto x) { return pow(x[0], 3.5); }, list(positive({5}, 11)));
@@ -450,6 +481,10 @@ TEST_CASE("power, exponential and activation ops pass first and second order che
   }
   SECTION("exp") {
     check_derivatives([](auto x) { return exp(x[0]); }, list(normal({5}, 14)));
+  }
+  SECTION("exp_scaled") {
+    check_derivatives([](auto x) { return exp_scaled(x[0], 0.5) * exp_scaled(x[0], -1.0); },
+                      list(normal({5}, 16)));
   }
   SECTION("log") {
     check_derivatives([](auto x) { return log(x[0]); }, list(positive({5}, 15)));

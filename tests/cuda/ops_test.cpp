@@ -65,6 +65,10 @@ TEMPLATE_TEST_CASE("power, exponential and activation ops match the CPU backend"
   SECTION("exp") {
     check_op<T>([](auto x) { return exp(x[0]); }, list(normal<T>({5}, 16)));
   }
+  SECTION("exp_scaled") {
+    check_op<T>([](auto x) { return exp_scaled(x[0], T(0.5)) * exp_scaled(x[0], T(-1)); },
+                list(normal<T>({5}, 18)));
+  }
   SECTION("log") {
     check_op<T>([](auto x) { return log(x[0]); }, list(positive<T>({5}, 17)));
   }

@@ -16,6 +16,7 @@ enum class UnaryOp : std::uint8_t {
   copy,
   neg,
   exp,
+  exp_scaled,  // exp(x * s)
   log,
   sqrt,
   square,
@@ -61,6 +62,7 @@ namespace functors {
 PLATIPUS_UNARY(copy, x)
 PLATIPUS_UNARY(neg, -x)
 PLATIPUS_UNARY(exp, exp(x))
+PLATIPUS_UNARY(exp_scaled, exp(x* s))
 PLATIPUS_UNARY(log, log(x))
 PLATIPUS_UNARY(sqrt, sqrt(x))
 PLATIPUS_UNARY(square, x* x)
@@ -109,6 +111,7 @@ PLATIPUS_HD decltype(auto) visit_unary(UnaryOp op, F&& f) {
     PLATIPUS_CASE(copy)
     PLATIPUS_CASE(neg)
     PLATIPUS_CASE(exp)
+    PLATIPUS_CASE(exp_scaled)
     PLATIPUS_CASE(log)
     PLATIPUS_CASE(sqrt)
     PLATIPUS_CASE(square)

@@ -11,6 +11,23 @@ Var<T, B> exp(const Var<T, B>& x) {
                 [](Backward<T, B>& c) { c.set(0, mul(c.grad(), c.output())); });
 }
 
+// exp(s x) in one kernel where scale (or neg) and exp were two: a
+// Gaussian's standard deviation exp(log v / 2), and KL's v_q / v_p =
+// exp(-log(v_p / v_q)) (issue 38). The rule is exp's then scale's, so value
+// and gradient have the bits of exp(scale(x, s)); s = -1 passes the sign on as
+// neg's rule does, with no kernel where the gradient has company.
+template <class T, class B>
+Var<T, B> exp_scaled(const Var<T, B>& x, T s) {
+  return record("exp_scaled", {x}, raw::map(UnaryOp::exp_scaled, x.value(), s),
+                [s](Backward<T, B>& c) {
+                  const auto g = mul(c.grad(), c.output());
+                  if (s == T(-1))
+                    c.set_negated(0, g);
+                  else
+                    c.set(0, scale(g, s));
+                });
+}
+
 template <class T, class B>
 Var<T, B> log(const Var<T, B>& x) {
   return record("log", {x}, raw::map(UnaryOp::log, x.value()),

@@ -70,6 +70,9 @@ struct cpu {
       case UnaryOp::exp:
         out = in.exp();
         return;
+      case UnaryOp::exp_scaled:  // the bits of scale's output read by exp's case
+        out = (in * s).exp();
+        return;
       case UnaryOp::log:
         out = in.log();
         return;

@@ -18,7 +18,8 @@ Var<T, B> kl_diagonal_gaussians(const Var<T, B>& mean_q, const Var<T, B>& log_va
         "means {} and {} differ in shape", mean_q.shape(), mean_p.shape());
   const auto log_ratio =
       sub(log_var_p, log_var_q);  // log v_p - log v_q; v_q / v_p = exp(-log_ratio)
-  const auto terms = log_ratio + exp(-log_ratio) + square(mean_q - mean_p) * exp(-log_var_p);
+  const auto terms = log_ratio + exp_scaled(log_ratio, T(-1)) +
+                     square(mean_q - mean_p) * exp_scaled(log_var_p, T(-1));
   return 0.5 * sum(expand(terms, mean_q.shape()) - 1.0, {-1});
 }
 

@@ -195,8 +195,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
                               true);  // step 4
     Pieces<T, B> theta;               // step 2
     for (std::size_t i = 0; i < mu_q.size(); ++i)
-      theta.push_back(mu_q[i] +
-                      exp(0.5 * log_vq[i]) * tape.constant(noise.normal<T, B>(mu_q[i].shape())));
+      theta.push_back(mu_q[i] + exp_scaled(log_vq[i], T(0.5)) *
+                                    tape.constant(noise.normal<T, B>(mu_q[i].shape())));
     const auto query = query_loss(theta, xs, ys, xq, yq);  // steps 3 and 5
     Var<T, B> kl;
     for (std::size_t i = 0; i < mu_q.size(); ++i) {
@@ -209,7 +209,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     if (settings_.prior_likelihood_weight > 0) {
       Pieces<T, B> theta_p;
       for (std::size_t i = 0; i < mu_p.size(); ++i)
-        theta_p.push_back(mu_p[i] + exp(0.5 * log_s2[i]) *
+        theta_p.push_back(mu_p[i] + exp_scaled(log_s2[i], T(0.5)) *
                                         tape.constant(noise.normal<T, B>(mu_p[i].shape())));
       prior_query = query_loss(theta_p, xs, ys, xq, yq);
     }
@@ -234,7 +234,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
       Shape one{tasks, 1}, many{tasks, n}, merged{tasks * n};
       for (auto d : shape.dims()) one.push_back(d), many.push_back(d), merged.push_back(d);
       const auto draw = reshape(mu_p[i], one) +
-                        exp(0.5 * log_s2[i]) * tape.constant(raw::normal<T, B>(many, gen));
+                        exp_scaled(log_s2[i], T(0.5)) * tape.constant(raw::normal<T, B>(many, gen));
       start.push_back(reshape(draw, merged));
     }
     const auto phi = adapt(model_, loss_, start, tape.constant(repeat_tasks(support_x, n)),
