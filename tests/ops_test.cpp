@@ -131,6 +131,19 @@ TEST_CASE("arithmetic ops with broadcasting pass first and second order checks",
         },
         list(normal({2, 3}, 61), normal({2, 3}, 62)));
   }
+  SECTION("foreach_sub_mul") {
+    // A rate per parameter shared by the tasks, one per piece, and one per
+    // element; each factor a function of the inputs, so every rule is used.
+    check_derivatives(
+        [](auto x) {
+          const std::array<V, 3> a{x[0], x[1] * x[0], x[0]},
+              r{x[2], reshape(sum(x[2]), {1, 1}), x[0] * x[1]}, g{x[1], x[0], x[1] * x[1]};
+          const auto y =
+              foreach_sub_mul(std::span<const V>(a), std::span<const V>(r), std::span<const V>(g));
+          return y[0] * y[1] + y[2];
+        },
+        list(normal({2, 3}, 63), normal({2, 3}, 64), normal({3}, 65)));
+  }
   SECTION("foreach_expand and foreach_sum_to") {
     // Second order: each op's rule records the other.
     check_derivatives(
@@ -230,6 +243,74 @@ TEST_CASE("foreach kernels take any number of pieces, a call per capacity, each 
   pb.push_back(&a[0]);
   CHECK_THROWS_WITH(raw::foreach_axpy(pa, pb, 1.0),
                     Contains("piece 29") && Contains("[2, 3]") && Contains("[1, 3]"));
+}
+
+TEST_CASE("foreach_sub_mul is mul then sub on every piece in one call, with their bits",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  // Rates per parameter shared by the tasks, one per piece, and per element.
+  const std::vector<Shape> shapes{{4, 3}, {4, 2, 5}, {4, 7}}, rate_shapes{{3}, {1, 1}, {4, 7}};
+  Generator gen(420);
+  std::vector<Tensor<float>> a0, r0, g0;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    a0.push_back(raw::normal<float>(shapes[i], gen));
+    r0.push_back(raw::normal<float>(rate_shapes[i], gen));
+    g0.push_back(raw::normal<float>(shapes[i], gen));
+  }
+  std::vector<float> results[2];
+  std::uint64_t calls[2];
+  for (const bool fused : {false, true}) {
+    Tape<float, counted> tape;
+    std::vector<CountedVar> a, r, g, all;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      a.push_back(tape.variable(a0[i].to<counted>()));
+      r.push_back(tape.variable(r0[i].to<counted>()));
+      g.push_back(tape.variable(g0[i].to<counted>()));
+    }
+    for (const auto* part : {&a, &r, &g}) all.insert(all.end(), part->begin(), part->end());
+    counted::reset();
+    std::vector<CountedVar> y;
+    if (fused)
+      y = foreach_sub_mul(std::span<const CountedVar>(a), std::span<const CountedVar>(r),
+                          std::span<const CountedVar>(g));
+    else
+      for (std::size_t i = 0; i < shapes.size(); ++i) y.push_back(a[i] - r[i] * g[i]);
+    calls[fused] = counted::calls().total();
+    CountedVar loss;
+    for (const auto& yi : y) loss = loss.defined() ? loss + sum(square(yi)) : sum(square(yi));
+    const std::vector<CountedVar> first =
+        grad(loss, std::span<const CountedVar>(all), {.create_graph = true});
+    CountedVar norm;
+    for (const auto& d : first) norm = norm.defined() ? norm + sum(mul(d, d)) : sum(mul(d, d));
+    const std::vector<CountedVar> second = grad(norm, std::span<const CountedVar>(all));
+    for (const auto* values : std::array<const std::vector<CountedVar>*, 3>{&y, &first, &second})
+      for (const auto& v : *values)
+        for (const float e : v.value().to<cpu>().to_vector()) results[fused].push_back(e);
+  }
+  CHECK(results[0] == results[1]);
+  CHECK(calls[0] == 6u);
+  CHECK(calls[1] == 1u);
+
+  CHECK(raw::repeats_along_leading_axes({3}, {4, 3}));
+  CHECK(raw::repeats_along_leading_axes({1, 1}, {4, 2, 5}));
+  CHECK(raw::repeats_along_leading_axes({}, {4, 2}));
+  CHECK_FALSE(raw::repeats_along_leading_axes({3, 1}, {4, 3, 2}));
+  CHECK_FALSE(raw::repeats_along_leading_axes({1, 1, 1}, {3}));
+  const auto pointers_of = [](const std::vector<Tensor<float>>& x) {
+    std::vector<const Tensor<float>*> p;
+    for (const auto& xi : x) p.push_back(&xi);
+    return p;
+  };
+  const auto pa = pointers_of(a0), pg = pointers_of(g0);
+  auto pr = pointers_of(r0);
+  const Tensor<float> row = raw::normal<float>({2, 1}, gen);
+  pr[1] = &row;  // [2, 1] for a [4, 2, 5]: a broadcast, not a repetition
+  CHECK_THROWS_WITH(raw::foreach_sub_mul(pa, pr, pg),
+                    Contains("foreach_sub_mul") && Contains("piece 1") && Contains("[2, 1]") &&
+                        Contains("[4, 2, 5]"));
+  pr.pop_back();
+  CHECK_THROWS_WITH(raw::foreach_sub_mul(pa, pr, pg), Contains("3, 2 and 3 tensors"));
 }
 
 TEST_CASE("flatten copies unbatched pieces with a foreach call per capacity, batched ones apart",

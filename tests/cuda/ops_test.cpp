@@ -216,6 +216,18 @@ TEMPLATE_TEST_CASE("shape and index ops match the CPU backend", "[cuda][ops]", f
         },
         list(normal<T>({2, 3}, 51), normal<T>({2, 3}, 52)));
   }
+  SECTION("foreach_sub_mul") {
+    check_op<T>(
+        [](auto x) {
+          using V = std::decay_t<decltype(x[0])>;
+          const std::array<V, 3> a{x[0], x[1] * x[0], x[0]},
+              r{x[2], reshape(sum(x[2]), {1, 1}), x[0] * x[1]}, g{x[1], x[0], x[1] * x[1]};
+          const auto y =
+              foreach_sub_mul(std::span<const V>(a), std::span<const V>(r), std::span<const V>(g));
+          return y[0] * y[1] + y[2];
+        },
+        list(normal<T>({2, 3}, 53), normal<T>({2, 3}, 54), normal<T>({3}, 55)));
+  }
   SECTION("foreach ops over more pieces than one call takes") {
     check_op<T>(
         [](auto x) {

@@ -22,7 +22,8 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
                            const LinearLayout<float>& lf, const LinearLayout<double>& ld,
                            const BiasLayout& bias, const PiecesLayout<float>& pf,
-                           const PiecesLayout<double>& pd, const SummandsLayout<float>& sf,
+                           const PiecesLayout<double>& pd, const SubMulLayout<float>& mf,
+                           const SubMulLayout<double>& md, const SummandsLayout<float>& sf,
                            const SummandsLayout<double>& sd, const AdamLayout<float>& af,
                            const AdamLayout<double>& ad, const IndexLayout& il,
                            const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm,
@@ -75,6 +76,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::foreach_axpy(pd, 1.0)};
   {B::foreach_unary(UnaryOp::scale, pf, 1.0f)};
   {B::foreach_unary(UnaryOp::scale, pd, 1.0)};
+  // y_i = a_i - r_i g_i, r_i repeated along a_i's leading axis, with the
+  // bits of binary mul then binary sub.
+  {B::foreach_sub_mul(mf)};
+  {B::foreach_sub_mul(md)};
   // Each a_i (n_i values) written `copies` times one after another into y_i,
   // and back: y_i = the sum of a_i's `copies` blocks of n_i values, added in
   // order from 0 (the bits of reduce over a leading axis).

@@ -107,6 +107,11 @@ struct CountingBackend : B {
     B::foreach_axpy(l, s);
   }
   template <class T>
+  static void foreach_sub_mul(const SubMulLayout<T>& l) {
+    count("foreach_sub_mul");
+    B::foreach_sub_mul(l);
+  }
+  template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
     count("foreach_unary", op_name(op));
     B::foreach_unary(op, l, s);

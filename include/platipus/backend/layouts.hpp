@@ -131,6 +131,19 @@ struct AdamLayout {
   std::array<std::int64_t, capacity> n{};
 };
 
+// Up to `capacity` pieces of y = a - r * g (one kernel on a device): piece
+// i's n[i] elements a[i], g[i], y[i], and its rates r[i], of rn[i] elements
+// repeated along a's leading axes (rn[i] divides n[i]): the inner loop's
+// step with learned rates (Meta-SGD's alpha, PLATIPUS's gamma, MAML++'s).
+template <class T>
+struct SubMulLayout {
+  static constexpr int capacity = PiecesLayout<T>::capacity;
+  int count = 0;
+  std::array<const T*, capacity> a{}, r{}, g{};
+  std::array<T*, capacity> y{};
+  std::array<std::int64_t, capacity> n{}, rn{};
+};
+
 // y = ±x[0] ± x[1] ± ... ± x[count - 1], added in that order, over n
 // contiguous elements, x[k] negated where negate[k]: the gradients one value
 // receives, summed by one call (autodiff/grad.hpp) with the bits of negating

@@ -153,6 +153,52 @@ std::vector<Tensor<T, B>> foreach_axpy(const std::vector<const Tensor<T, B>*>& a
                             [s](const PiecesLayout<T>& l) { B::foreach_axpy(l, s); });
 }
 
+// Whether r broadcast to a's shape is r's elements repeated along a's
+// leading axes: r's shape, its leading 1s dropped, ends a's (a per-parameter
+// rate shared by the tasks, or one rate for the piece).
+inline bool repeats_along_leading_axes(const Shape& r, const Shape& a) {
+  int k = 0;
+  while (k < r.rank() && r[k] == 1) ++k;
+  const int m = r.rank() - k;
+  if (r.rank() > a.rank() || m > a.rank()) return false;
+  for (int j = 0; j < m; ++j)
+    if (r[k + j] != a[a.rank() - m + j]) return false;
+  return true;
+}
+
+// a_i - r_i * g_i for every i (a_i and g_i of one shape, r_i's elements
+// repeated along a_i's leading axes), in calls of up to
+// SubMulLayout::capacity pieces: the bits of mul then sub on each.
+template <class T, class B>
+std::vector<Tensor<T, B>> foreach_sub_mul(const std::vector<const Tensor<T, B>*>& a,
+                                          const std::vector<const Tensor<T, B>*>& r,
+                                          const std::vector<const Tensor<T, B>*>& g) {
+  constexpr std::string_view who = "foreach_sub_mul";
+  check(a.size() == r.size() && a.size() == g.size(), who, "{}, {} and {} tensors given", a.size(),
+        r.size(), g.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const Shape& shape = a[i]->shape();
+    check(g[i]->shape() == shape && repeats_along_leading_axes(r[i]->shape(), shape), who,
+          "piece {}: a {}, r {} and g {} (g as a, r ending a after any leading 1s)", i, shape,
+          r[i]->shape(), g[i]->shape());
+  }
+  std::vector<Tensor<T, B>> y;
+  y.reserve(a.size());
+  for (const auto* ai : a) y.emplace_back(ai->shape());
+  detail::launch_in_layouts<SubMulLayout<T>>(
+      a.size(),
+      [&](SubMulLayout<T>& l, std::size_t k, std::size_t i) {
+        l.a[k] = a[i]->data();
+        l.r[k] = r[i]->data();
+        l.g[k] = g[i]->data();
+        l.y[k] = y[i].data();
+        l.n[k] = a[i]->numel();
+        l.rn[k] = r[i]->numel();
+      },
+      [](const SubMulLayout<T>& l) { B::foreach_sub_mul(l); });
+  return y;
+}
+
 // f(x_i, s) for every i, as map does on each, in calls of up to
 // PiecesLayout::capacity pieces.
 template <class T, class B>

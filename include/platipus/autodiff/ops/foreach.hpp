@@ -6,8 +6,10 @@
 #pragma once
 
 #include <span>
+#include <utility>
 #include <vector>
 
+#include "platipus/autodiff/ops/arithmetic.hpp"
 #include "platipus/autodiff/record.hpp"
 #include "platipus/tensor/elementwise.hpp"
 
@@ -90,6 +92,45 @@ std::vector<Var<T, B>> foreach_add_scaled(std::span<const Var<T, B>> a,
                            s);
       },
       saves_nothing);
+}
+
+// a_i - r_i * g_i for every i (g_i of a_i's shape, r_i's elements repeated
+// along a_i's leading axes: raw::repeats_along_leading_axes), one op and
+// one backend call for all: the inner loop's step with learned rates
+// (Meta-SGD's alpha, PLATIPUS's gamma, MAML++'s), where a mul and a sub per
+// piece were two nodes and two kernels (issue 38). The rule is sub's then mul's, so
+// values and derivatives have their bits (negation being exact).
+template <class T, class B>
+std::vector<Var<T, B>> foreach_sub_mul(std::span<const Var<T, B>> a, std::span<const Var<T, B>> r,
+                                       std::span<const Var<T, B>> g) {
+  check(!a.empty(), "foreach_sub_mul", "no tensors given");
+  auto values = raw::foreach_sub_mul(detail::values(a), detail::values(r), detail::values(g));
+  std::vector<Var<T, B>> inputs(a.begin(), a.end());
+  inputs.insert(inputs.end(), r.begin(), r.end());
+  inputs.insert(inputs.end(), g.begin(), g.end());
+  const std::size_t n = a.size();
+  return record_many(
+      "foreach_sub_mul", std::span<const Var<T, B>>(inputs), std::move(values),
+      [n](Backward<T, B>& c) {
+        for (std::size_t i = 0; i < n; ++i) {
+          const auto [h, negated] = c.signed_grad(i);
+          if (!h.defined()) continue;
+          if (c.needs(i)) c.set(i, h, negated);
+          if (!c.needs(n + i) && !c.needs(2 * n + i)) continue;
+          // The product takes -h, negated once where the sweep records (as
+          // sub's rule does), and gives it to each factor (as mul's).
+          auto [product_grad, product_negated] = std::pair{h, !negated};
+          if (product_negated && GradMode::enabled()) {
+            product_grad = neg(h);
+            product_negated = false;
+          }
+          if (c.needs(n + i))
+            detail::set_sum_to(c, n + i, mul(product_grad, c.input(2 * n + i)), product_negated);
+          if (c.needs(2 * n + i))
+            detail::set_sum_to(c, 2 * n + i, mul(product_grad, c.input(n + i)), product_negated);
+        }
+      },
+      saves_inputs);
 }
 
 template <class T, class B>

@@ -105,6 +105,22 @@ struct cpu {
     for (int i = 0; i < l.count; ++i) axpy(l.a[i], l.b[i], l.y[i], l.n[i], s);
   }
   template <class T>
+  static void foreach_sub_mul(const SubMulLayout<T>& l) {
+    for (int i = 0; i < l.count; ++i) {
+      const std::int64_t n = l.n[i], rn = l.rn[i];
+      const T *a = l.a[i], *r = l.r[i], *g = l.g[i];
+      T* y = l.y[i];
+      // The product is stored before the difference, as mul's and sub's
+      // kernels round them: a contracted a - r g would round once.
+      if (rn == 1)
+        for (std::int64_t j = 0; j < n; ++j) y[j] = r[0] * g[j];
+      else
+        for (std::int64_t o = 0; o < n; o += rn)
+          for (std::int64_t j = 0; j < rn; ++j) y[o + j] = r[j] * g[o + j];
+      for (std::int64_t j = 0; j < n; ++j) y[j] = a[j] - y[j];
+    }
+  }
+  template <class T>
   static void add_n(const SummandsLayout<T>& l) {
     if (l.negate[0]) unary(UnaryOp::neg, l.x[0], l.y, l.n, T(0));
     const T* sum = l.negate[0] ? l.y : l.x[0];

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -128,6 +129,25 @@ __global__ void foreach_axpy_kernel(PiecesLayout<T> l, T s) {
   const T *a = l.a[p], *b = l.b[p];
   T* y = l.y[p];
   for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) y[i] = a[i] + s * b[i];
+}
+
+// The product rounded alone (no contraction into a - r g), as mul and sub.
+template <class T>
+__device__ T multiplied_rn(T a, T b) {
+  if constexpr (std::is_same_v<T, float>)
+    return __fmul_rn(a, b);
+  else
+    return __dmul_rn(a, b);
+}
+
+template <class T>
+__global__ void foreach_sub_mul_kernel(SubMulLayout<T> l) {
+  const int p = static_cast<int>(blockIdx.y);
+  const T *a = l.a[p], *r = l.r[p], *g = l.g[p];
+  T* y = l.y[p];
+  const std::int64_t rn = l.rn[p];
+  for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count())
+    y[i] = a[i] - multiplied_rn(r[i % rn], g[i]);
 }
 
 template <class T, class F>
@@ -601,6 +621,12 @@ void cuda::add_n(const SummandsLayout<T>& l) {
 template <class T>
 void cuda::foreach_axpy(const PiecesLayout<T>& l, T s) {
   cuda_kernels::launch_foreach("cuda::foreach_axpy", l, cuda_kernels::foreach_axpy_kernel<T>, l, s);
+}
+
+template <class T>
+void cuda::foreach_sub_mul(const SubMulLayout<T>& l) {
+  cuda_kernels::launch_foreach("cuda::foreach_sub_mul", l, cuda_kernels::foreach_sub_mul_kernel<T>,
+                               l);
 }
 
 template <class T>

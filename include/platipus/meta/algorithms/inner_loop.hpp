@@ -251,13 +251,22 @@ Adapted<T, B> inner_step(const M& model, const L& loss, Pieces<T, B> phi, const 
                                             static_cast<T>(loop.gradient_noise)));
   }
   if (rates) {
-    for (std::size_t k = 0; k < adapted.size(); ++k)
-      phi[adapted[k]] = moving[k] - (*rates)[adapted[k]] * g[k];
+    Pieces<T, B> r;
+    bool repeated = true;  // every rate one per parameter or per piece: one op
+    for (std::size_t k = 0; k < adapted.size(); ++k) {
+      r.push_back((*rates)[adapted[k]]);
+      repeated = repeated && raw::repeats_along_leading_axes(r[k].shape(), moving[k].shape());
+    }
+    if (repeated)
+      moving = foreach_sub_mul(std::span<const Var<T, B>>(moving), std::span<const Var<T, B>>(r),
+                               std::span<const Var<T, B>>(g));
+    else
+      for (std::size_t k = 0; k < adapted.size(); ++k) moving[k] = moving[k] - r[k] * g[k];
   } else {
     moving = foreach_add_scaled(std::span<const Var<T, B>>(moving), std::span<const Var<T, B>>(g),
                                 static_cast<T>(-loop.learning_rate));
-    for (std::size_t k = 0; k < adapted.size(); ++k) phi[adapted[k]] = moving[k];
   }
+  for (std::size_t k = 0; k < adapted.size(); ++k) phi[adapted[k]] = moving[k];
   return {std::move(phi), support_loss};
 }
 
