@@ -961,6 +961,36 @@ TEST_CASE("detached inner steps give the values of steps on one tape", "[maml][m
                     Catch::Contains("detached steps cannot be differentiable"));
 }
 
+TEST_CASE("rates that broadcast along a piece's rows step as the same rates written out",
+          "[metasgd]") {
+  // Rates written out per parameter take one foreach_sub_mul for all pieces;
+  // a rate per row of the [16, 16] weights (a broadcast that does not repeat
+  // along the leading axes) takes a mul and a sub per piece: the same values.
+  Generator init(1), gen(2);
+  const auto network = nn::mlp({.inputs = 1, .hidden = {16, 16}, .outputs = 1});
+  const auto& layout = network.layout();
+  const InnerLoop loop{.steps = 2, .learning_rate = 0.05};
+  const auto x = raw::normal<float>({2, 20, 1}, gen), y = raw::normal<float>({2, 20, 1}, gen);
+  Tape<float> tape;
+  const auto start = per_task(tape.variable(raw::normal<float>({layout.size()}, init)), layout, 2);
+  auto rows =
+      unflatten(tape.constant(raw::uniform<float>({layout.size()}, init)) * 0.05f, layout.shapes());
+  std::size_t hidden = 0;
+  while (layout.shapes()[hidden] != Shape{16, 16}) ++hidden;
+  rows[hidden] = tape.constant(raw::uniform<float>({16, 1}, gen)) * 0.05f;
+  REQUIRE_FALSE(raw::repeats_along_leading_axes(rows[hidden].shape(), {2, 16, 16}));
+  auto written = rows;
+  written[hidden] = expand(rows[hidden], {16, 16});
+  const auto stepped = [&](const Pieces<float, cpu>& rates) {
+    return flat_values(adapt(network, MseLoss{}, start, tape.constant(x), tape.constant(y), loop,
+                             {.rates = &rates})
+                           .params,
+                       layout)
+        .to_vector();
+  };
+  CHECK(stepped(rows) == stepped(written));
+}
+
 TEST_CASE("adaptation outside meta-training holds one inner step's memory", "[maml][platipus]") {
 #if defined(__SANITIZE_ADDRESS__)
   WARN("not measured under AddressSanitizer, whose quarantine holds freed blocks back");

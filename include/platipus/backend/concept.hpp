@@ -76,7 +76,7 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::foreach_axpy(pd, 1.0)};
   {B::foreach_unary(UnaryOp::scale, pf, 1.0f)};
   {B::foreach_unary(UnaryOp::scale, pd, 1.0)};
-  // y_i = a_i - r_i g_i, r_i repeated along a_i's leading axis, with the
+  // y_i = a_i - r_i g_i, r_i repeated along a_i's leading axes, with the
   // bits of binary mul then binary sub.
   {B::foreach_sub_mul(mf)};
   {B::foreach_sub_mul(md)};
