@@ -260,6 +260,7 @@ TEST_CASE("foreach_sub_mul is mul then sub on every piece in one call, with thei
   }
   std::vector<float> results[2];
   std::uint64_t calls[2];
+  KernelCalls backward_calls[2];
   for (const bool fused : {false, true}) {
     Tape<float, counted> tape;
     std::vector<CountedVar> a, r, g, all;
@@ -277,10 +278,17 @@ TEST_CASE("foreach_sub_mul is mul then sub on every piece in one call, with thei
     else
       for (std::size_t i = 0; i < shapes.size(); ++i) y.push_back(a[i] - r[i] * g[i]);
     calls[fused] = counted::calls().total();
-    CountedVar loss;
-    for (const auto& yi : y) loss = loss.defined() ? loss + sum(square(yi)) : sum(square(yi));
+    // Piece 1's gradient arrives negated (sub's), the others' as they are.
+    CountedVar loss = sum(square(y[0])) + sum(square(g[1] - y[1])) + sum(square(y[2]));
+    counted::reset();
+    const std::vector<CountedVar> plain = grad(loss, std::span<const CountedVar>(all));
+    backward_calls[fused] = counted::calls();
     const std::vector<CountedVar> first =
         grad(loss, std::span<const CountedVar>(all), {.create_graph = true});
+    // A sweep that records nothing takes foreach_sub_mul's foreach rule, one
+    // that records the per-piece one: the same bits.
+    for (std::size_t i = 0; i < all.size(); ++i)
+      CHECK(plain[i].to_vector() == first[i].to_vector());
     CountedVar norm;
     for (const auto& d : first) norm = norm.defined() ? norm + sum(mul(d, d)) : sum(mul(d, d));
     const std::vector<CountedVar> second = grad(norm, std::span<const CountedVar>(all));
@@ -291,6 +299,12 @@ TEST_CASE("foreach_sub_mul is mul then sub on every piece in one call, with thei
   CHECK(results[0] == results[1]);
   CHECK(calls[0] == 6u);
   CHECK(calls[1] == 1u);
+  // The products for all r_i and g_i in one call, the sums over the tasks
+  // in one a count of copies (4 for piece 0's rates, 10 for piece 1's; piece
+  // 2's are per element), where the per-piece rules took a mul each.
+  CHECK(backward_calls[1]["foreach_mul"] == 1);
+  CHECK(backward_calls[1]["foreach_sum_to"] == 2);
+  CHECK(backward_calls[0]["binary mul"] - backward_calls[1]["binary mul"] == 6);
 
   CHECK(raw::repeats_along_leading_axes({3}, {4, 3}));
   CHECK(raw::repeats_along_leading_axes({1, 1}, {4, 2, 5}));
@@ -311,6 +325,23 @@ TEST_CASE("foreach_sub_mul is mul then sub on every piece in one call, with thei
                         Contains("[4, 2, 5]"));
   pr.pop_back();
   CHECK_THROWS_WITH(raw::foreach_sub_mul(pa, pr, pg), Contains("3, 2 and 3 tensors"));
+
+  // foreach_mul: mul (then neg) on each piece, to the bit.
+  const std::vector<bool> negate{true, false, true};
+  const auto products = raw::foreach_mul(pointers_of(r0), pg, negate);
+  REQUIRE(products.size() == shapes.size());
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    auto expected = raw::map(BinaryOp::mul, r0[i], g0[i], "mul");
+    if (negate[i]) expected = raw::map(UnaryOp::neg, expected);
+    CHECK(products[i].shape() == shapes[i]);
+    CHECK(products[i].to_vector() == expected.to_vector());
+  }
+  CHECK_THROWS_WITH(raw::foreach_mul(pr, pg, negate), Contains("2 and 3 tensors and 3 negate"));
+  pr[1] = &r0[1];
+  pr.push_back(&row);  // [2, 1] for a [4, 7]
+  CHECK_THROWS_WITH(raw::foreach_mul(pr, pg, negate), Contains("foreach_mul") &&
+                                                          Contains("piece 2") &&
+                                                          Contains("[2, 1]") && Contains("[4, 7]"));
 }
 
 TEST_CASE("flatten copies unbatched pieces with a foreach call per capacity, batched ones apart",

@@ -183,7 +183,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     auto accumulate = [&](const Value* v, Var<T, B> g, bool negated) {
       Summands& p = grads[slot(v)];
       if (p.uniform) {
-        Var<T, B> filled = tape.constant(Tensor<T, B>::full(v->data.shape(), *p.uniform));
+        Var<T, B> filled = tape.filled(v->data.shape(), *p.uniform);
         p.uniform.reset();
         if (auto* h = held(filled)) ++*h;
         p.parts[static_cast<std::size_t>(p.count++)] = std::move(filled);
@@ -198,7 +198,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       if (p.count == 0 && !p.uniform)
         p.uniform = u;
       else
-        accumulate(v, tape.constant(Tensor<T, B>::full(v->data.shape(), u)), false);
+        accumulate(v, tape.filled(v->data.shape(), u), false);
     };
     // The gradient of v so far (undefined if none has reached it), up to its
     // sign: the gradient is -g where the flag says so; or its uniform value.
@@ -282,7 +282,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (!inputs[i].requires_grad() || !in_range(inputs[i].record())) continue;
       if (const auto [g, negated, uniform] = gradient(inputs[i].record()); uniform)
-        result[i] = tape.constant(Tensor<T, B>::full(inputs[i].shape(), *uniform));
+        result[i] = tape.filled(inputs[i].shape(), *uniform);
       else if (g.defined())
         result[i] = expand(negated ? neg(g) : g, inputs[i].shape());
     }

@@ -130,7 +130,7 @@ class Backward {
   // A uniform gradient as a tensor of `shape`, filled once, its sign taken.
   void fill_uniform(std::size_t k, const Shape& shape) const {
     if (!uniform_[k]) return;
-    grads_[k] = tape().constant(Tensor<T, B>::full(shape, *uniform_[k]));
+    grads_[k] = tape().filled(shape, *uniform_[k]);
     grads_negated_[k] = 0;
     uniform_[k].reset();
   }

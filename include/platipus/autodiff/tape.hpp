@@ -123,6 +123,9 @@ class Tape {
     return Var<T, B>(make_value(std::move(value), nullptr, 0, false));
   }
   Var<T, B> constant(const Tensor<T, B>& value) { return constant(value.clone()); }
+  // A constant of `shape` with u in every element: a gradient known on the
+  // host (Backward::uniform_grad) once a tensor is needed.
+  Var<T, B> filled(const Shape& shape, T u) { return constant(Tensor<T, B>::full(shape, u)); }
 
   std::size_t values() const { return values_.size(); }
   std::size_t nodes() const { return nodes_.size(); }

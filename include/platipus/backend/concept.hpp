@@ -23,7 +23,8 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            const LinearLayout<float>& lf, const LinearLayout<double>& ld,
                            const BiasLayout& bias, const PiecesLayout<float>& pf,
                            const PiecesLayout<double>& pd, const SubMulLayout<float>& mf,
-                           const SubMulLayout<double>& md, const SummandsLayout<float>& sf,
+                           const SubMulLayout<double>& md, const MulLayout<float>& uf,
+                           const MulLayout<double>& ud, const SummandsLayout<float>& sf,
                            const SummandsLayout<double>& sd, const AdamLayout<float>& af,
                            const AdamLayout<double>& ad, const IndexLayout& il,
                            const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm,
@@ -80,6 +81,10 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   // bits of binary mul then binary sub.
   {B::foreach_sub_mul(mf)};
   {B::foreach_sub_mul(md)};
+  // y_i = r_i g_i (negated where negate[i]), r_i repeated as above, with the
+  // bits of binary mul (then neg).
+  {B::foreach_mul(uf)};
+  {B::foreach_mul(ud)};
   // Each a_i (n_i values) written `copies` times one after another into y_i,
   // and back: y_i = the sum of a_i's `copies` blocks of n_i values, added in
   // order from 0 (the bits of reduce over a leading axis).

@@ -112,6 +112,11 @@ struct CountingBackend : B {
     B::foreach_sub_mul(l);
   }
   template <class T>
+  static void foreach_mul(const MulLayout<T>& l) {
+    count("foreach_mul");
+    B::foreach_mul(l);
+  }
+  template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
     count("foreach_unary", op_name(op));
     B::foreach_unary(op, l, s);

@@ -144,6 +144,20 @@ struct SubMulLayout {
   std::array<std::int64_t, capacity> n{}, rn{};
 };
 
+// Up to `capacity` pieces of y = r * g, negated where negate[i] (one kernel
+// on a device), r[i]'s rn[i] elements repeated along g's leading axes as in
+// SubMulLayout: the products foreach_sub_mul's rule makes for all pieces at
+// once (autodiff/ops/foreach.hpp).
+template <class T>
+struct MulLayout {
+  static constexpr int capacity = PiecesLayout<T>::capacity;
+  int count = 0;
+  std::array<const T*, capacity> r{}, g{};
+  std::array<T*, capacity> y{};
+  std::array<std::int64_t, capacity> n{}, rn{};
+  std::array<bool, capacity> negate{};
+};
+
 // y = ±x[0] ± x[1] ± ... ± x[count - 1], added in that order, over n
 // contiguous elements, x[k] negated where negate[k]: the gradients one value
 // receives, summed by one call (autodiff/grad.hpp) with the bits of negating

@@ -160,7 +160,7 @@ inline bool repeats_along_leading_axes(const Shape& r, const Shape& a) {
   int k = 0;
   while (k < r.rank() && r[k] == 1) ++k;
   const int m = r.rank() - k;
-  if (r.rank() > a.rank() || m > a.rank()) return false;
+  if (r.rank() > a.rank()) return false;  // and so m <= a.rank()
   for (int j = 0; j < m; ++j)
     if (r[k + j] != a[a.rank() - m + j]) return false;
   return true;
@@ -196,6 +196,37 @@ std::vector<Tensor<T, B>> foreach_sub_mul(const std::vector<const Tensor<T, B>*>
         l.rn[k] = r[i]->numel();
       },
       [](const SubMulLayout<T>& l) { B::foreach_sub_mul(l); });
+  return y;
+}
+
+// r_i * g_i for every i (r_i's elements repeated along g_i's leading axes),
+// negated where negate[i], in calls of up to MulLayout::capacity pieces: the
+// bits of mul (then neg) on each.
+template <class T, class B>
+std::vector<Tensor<T, B>> foreach_mul(const std::vector<const Tensor<T, B>*>& r,
+                                      const std::vector<const Tensor<T, B>*>& g,
+                                      const std::vector<bool>& negate) {
+  constexpr std::string_view who = "foreach_mul";
+  check(r.size() == g.size() && r.size() == negate.size(), who,
+        "{} and {} tensors and {} negate flags given", r.size(), g.size(), negate.size());
+  for (std::size_t i = 0; i < r.size(); ++i)
+    check(repeats_along_leading_axes(r[i]->shape(), g[i]->shape()), who,
+          "piece {}: r {} and g {} (r ending g after any leading 1s)", i, r[i]->shape(),
+          g[i]->shape());
+  std::vector<Tensor<T, B>> y;
+  y.reserve(g.size());
+  for (const auto* gi : g) y.emplace_back(gi->shape());
+  detail::launch_in_layouts<MulLayout<T>>(
+      g.size(),
+      [&](MulLayout<T>& l, std::size_t k, std::size_t i) {
+        l.r[k] = r[i]->data();
+        l.g[k] = g[i]->data();
+        l.y[k] = y[i].data();
+        l.n[k] = g[i]->numel();
+        l.rn[k] = r[i]->numel();
+        l.negate[k] = negate[i];
+      },
+      [](const MulLayout<T>& l) { B::foreach_mul(l); });
   return y;
 }
 

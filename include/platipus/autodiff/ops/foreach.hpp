@@ -5,6 +5,7 @@
 // its gradient scales them back with one.
 #pragma once
 
+#include <map>
 #include <span>
 #include <utility>
 #include <vector>
@@ -48,6 +49,64 @@ void set_each(Backward<T, B>& c, Adjoint adjoint) {
   if (g.empty()) return;
   const auto gradients = adjoint(std::span<const Var<T, B>>(g));
   for (std::size_t k = 0; k < inputs.size(); ++k) c.set(inputs[k], gradients[k]);
+}
+
+// foreach_sub_mul's rule (y_i = a_i - r_i g_i) where the sweep records
+// nothing: the products that give the r_i and g_i their gradients, -h_i g_i
+// and -h_i r_i, by one foreach_mul call for all pieces, and the rates' sums
+// over the tasks by one foreach_sum_to call per count of copies, where the
+// recorded rule takes a mul, a neg and a sum_to a piece (issue 38). The bits
+// are that rule's: signs passed on where nothing is summed, products negated
+// before they are summed (as set_sum_to), and added in reduce's order.
+template <class T, class B>
+void set_sub_mul_grads(Backward<T, B>& c, std::size_t n) {
+  struct Product {
+    std::size_t input;
+    bool negated, summed;
+  };
+  std::vector<Product> products;
+  std::vector<const Tensor<T, B>*> factors, hs;
+  std::vector<bool> negate;
+  const auto add = [&](std::size_t input, const Var<T, B>& factor, const Var<T, B>& h,
+                       bool negated) {
+    const bool summed = c.input(input).shape() != h.shape();
+    products.push_back({input, negated, summed});
+    factors.push_back(&factor.value());
+    hs.push_back(&h.value());
+    negate.push_back(negated && summed);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [h, negated] = c.signed_grad(i);
+    if (!h.defined()) continue;
+    if (c.needs(i)) c.set(i, h, negated);
+    if (c.needs(n + i)) add(n + i, c.input(2 * n + i), h, !negated);
+    if (c.needs(2 * n + i)) add(2 * n + i, c.input(n + i), h, !negated);
+  }
+  if (products.empty()) return;
+  auto y = raw::foreach_mul(factors, hs, negate);
+  std::map<std::int64_t, std::vector<std::size_t>> by_copies;  // the products to sum
+  for (std::size_t k = 0; k < products.size(); ++k) {
+    const Product& p = products[k];
+    if (p.summed) {
+      const std::int64_t rates = c.input(p.input).numel();
+      by_copies[rates == 0 ? 0 : y[k].numel() / rates].push_back(k);
+    } else {
+      c.set(p.input, c.tape().constant(std::move(y[k])), p.negated);
+    }
+  }
+  for (const auto& [copies, ks] : by_copies) {
+    std::vector<Tensor<T, B>> rows;  // each product as [copies, its rates]
+    rows.reserve(ks.size());
+    for (const std::size_t k : ks)
+      rows.push_back(Tensor<T, B>::view(y[k], Shape{copies, c.input(products[k].input).numel()}));
+    std::vector<const Tensor<T, B>*> summands;
+    for (const auto& row : rows) summands.push_back(&row);
+    auto sums = raw::foreach_sum_to(summands);
+    for (std::size_t j = 0; j < ks.size(); ++j) {
+      const std::size_t input = products[ks[j]].input;
+      c.set(input, c.tape().constant(std::move(sums[j]).reshaped(c.input(input).shape())));
+    }
+  }
 }
 
 }  // namespace detail
@@ -112,6 +171,7 @@ std::vector<Var<T, B>> foreach_sub_mul(std::span<const Var<T, B>> a, std::span<c
   return record_many(
       "foreach_sub_mul", std::span<const Var<T, B>>(inputs), std::move(values),
       [n](Backward<T, B>& c) {
+        if (!GradMode::enabled()) return detail::set_sub_mul_grads(c, n);
         for (std::size_t i = 0; i < n; ++i) {
           const auto [h, negated] = c.signed_grad(i);
           if (!h.defined()) continue;

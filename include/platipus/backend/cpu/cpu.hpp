@@ -112,12 +112,19 @@ struct cpu {
       T* y = l.y[i];
       // The product is stored before the difference, as mul's and sub's
       // kernels round them: a contracted a - r g would round once.
-      if (rn == 1)
-        for (std::int64_t j = 0; j < n; ++j) y[j] = r[0] * g[j];
-      else
-        for (std::int64_t o = 0; o < n; o += rn)
-          for (std::int64_t j = 0; j < rn; ++j) y[o + j] = r[j] * g[o + j];
+      repeated_products(r, g, y, n, rn);
       for (std::int64_t j = 0; j < n; ++j) y[j] = a[j] - y[j];
+    }
+  }
+  template <class T>
+  static void foreach_mul(const MulLayout<T>& l) {
+    for (int i = 0; i < l.count; ++i) {
+      const std::int64_t n = l.n[i], rn = l.rn[i];
+      const T *r = l.r[i], *g = l.g[i];
+      T* y = l.y[i];
+      repeated_products(r, g, y, n, rn);
+      if (l.negate[i])
+        for (std::int64_t j = 0; j < n; ++j) y[j] = -y[j];
     }
   }
   template <class T>
@@ -350,6 +357,15 @@ struct cpu {
   }
 
  private:
+  // y = r g over n elements, r's rn values repeated along them.
+  template <class T>
+  static void repeated_products(const T* r, const T* g, T* y, std::int64_t n, std::int64_t rn) {
+    if (rn == 1)
+      for (std::int64_t j = 0; j < n; ++j) y[j] = r[0] * g[j];
+    else
+      for (std::int64_t o = 0; o < n; o += rn)
+        for (std::int64_t j = 0; j < rn; ++j) y[o + j] = r[j] * g[o + j];
+  }
   // Writes the whole block at once: a cached block serves requests of several
   // sizes in its class, and pages first touched by a later, larger request
   // would grow the resident set for hundreds of steps (a conv4 meta-step by

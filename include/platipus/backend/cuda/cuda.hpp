@@ -77,6 +77,8 @@ struct cuda {
   template <class T>
   static void foreach_sub_mul(const SubMulLayout<T>& l);
   template <class T>
+  static void foreach_mul(const MulLayout<T>& l);
+  template <class T>
   static void add_n(const SummandsLayout<T>& l);
   template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s);

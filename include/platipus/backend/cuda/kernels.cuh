@@ -150,6 +150,19 @@ __global__ void foreach_sub_mul_kernel(SubMulLayout<T> l) {
     y[i] = a[i] - multiplied_rn(r[i % rn], g[i]);
 }
 
+template <class T>
+__global__ void foreach_mul_kernel(MulLayout<T> l) {
+  const int p = static_cast<int>(blockIdx.y);
+  const T *r = l.r[p], *g = l.g[p];
+  T* y = l.y[p];
+  const std::int64_t rn = l.rn[p];
+  const bool negate = l.negate[p];
+  for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) {
+    const T product = r[i % rn] * g[i];
+    y[i] = negate ? -product : product;
+  }
+}
+
 template <class T, class F>
 __global__ void foreach_unary_kernel(F f, PiecesLayout<T> l, T s) {
   const int p = static_cast<int>(blockIdx.y);
@@ -627,6 +640,11 @@ template <class T>
 void cuda::foreach_sub_mul(const SubMulLayout<T>& l) {
   cuda_kernels::launch_foreach("cuda::foreach_sub_mul", l, cuda_kernels::foreach_sub_mul_kernel<T>,
                                l);
+}
+
+template <class T>
+void cuda::foreach_mul(const MulLayout<T>& l) {
+  cuda_kernels::launch_foreach("cuda::foreach_mul", l, cuda_kernels::foreach_mul_kernel<T>, l);
 }
 
 template <class T>
