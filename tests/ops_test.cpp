@@ -131,7 +131,7 @@ TEST_CASE("arithmetic ops with broadcasting pass first and second order checks",
         },
         list(normal({2, 3}, 61), normal({2, 3}, 62)));
   }
-  SECTION("foreach_sub_mul") {
+  SECTION("foreach_sub_mul and foreach_add_mul") {
     // A rate per parameter shared by the tasks, one per piece, and one per
     // element; each factor a function of the inputs, so every rule is used.
     check_derivatives(
@@ -140,7 +140,9 @@ TEST_CASE("arithmetic ops with broadcasting pass first and second order checks",
               r{x[2], reshape(sum(x[2]), {1, 1}), x[0] * x[1]}, g{x[1], x[0], x[1] * x[1]};
           const auto y =
               foreach_sub_mul(std::span<const V>(a), std::span<const V>(r), std::span<const V>(g));
-          return y[0] * y[1] + y[2];
+          const auto z =
+              foreach_add_mul(std::span<const V>(y), std::span<const V>(r), std::span<const V>(a));
+          return z[0] * y[1] + z[2] * z[1];
         },
         list(normal({2, 3}, 63), normal({2, 3}, 64), normal({3}, 65)));
   }
@@ -245,8 +247,12 @@ TEST_CASE("foreach kernels take any number of pieces, a call per capacity, each 
                     Contains("piece 29") && Contains("[2, 3]") && Contains("[1, 3]"));
 }
 
-TEST_CASE("foreach_sub_mul is mul then sub on every piece in one call, with their bits",
-          "[ops][grad]") {
+TEST_CASE(
+    "foreach_sub_mul (foreach_add_mul) is mul then sub (add) on every piece in one call, "
+    "with their bits",
+    "[ops][grad]") {
+  const bool add = GENERATE(false, true);
+  CAPTURE(add);
   using counted = CountingBackend<cpu>;
   using CountedVar = Var<float, counted>;
   // Rates per parameter shared by the tasks, one per piece, and per element.
@@ -272,11 +278,15 @@ TEST_CASE("foreach_sub_mul is mul then sub on every piece in one call, with thei
     for (const auto* part : {&a, &r, &g}) all.insert(all.end(), part->begin(), part->end());
     counted::reset();
     std::vector<CountedVar> y;
-    if (fused)
+    if (fused && add)
+      y = foreach_add_mul(std::span<const CountedVar>(a), std::span<const CountedVar>(r),
+                          std::span<const CountedVar>(g));
+    else if (fused)
       y = foreach_sub_mul(std::span<const CountedVar>(a), std::span<const CountedVar>(r),
                           std::span<const CountedVar>(g));
     else
-      for (std::size_t i = 0; i < shapes.size(); ++i) y.push_back(a[i] - r[i] * g[i]);
+      for (std::size_t i = 0; i < shapes.size(); ++i)
+        y.push_back(add ? a[i] + r[i] * g[i] : a[i] - r[i] * g[i]);
     calls[fused] = counted::calls().total();
     // Piece 1's gradient arrives negated (sub's), the others' as they are.
     CountedVar loss = sum(square(y[0])) + sum(square(g[1] - y[1])) + sum(square(y[2]));
@@ -285,8 +295,8 @@ TEST_CASE("foreach_sub_mul is mul then sub on every piece in one call, with thei
     backward_calls[fused] = counted::calls();
     const std::vector<CountedVar> first =
         grad(loss, std::span<const CountedVar>(all), {.create_graph = true});
-    // A sweep that records nothing takes foreach_sub_mul's foreach rule, one
-    // that records the per-piece one: the same bits.
+    // A sweep that records nothing takes the foreach rule, one that records
+    // the per-piece one: the same bits.
     for (std::size_t i = 0; i < all.size(); ++i)
       CHECK(plain[i].to_vector() == first[i].to_vector());
     CountedVar norm;

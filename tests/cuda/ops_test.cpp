@@ -216,7 +216,7 @@ TEMPLATE_TEST_CASE("shape and index ops match the CPU backend", "[cuda][ops]", f
         },
         list(normal<T>({2, 3}, 51), normal<T>({2, 3}, 52)));
   }
-  SECTION("foreach_sub_mul") {
+  SECTION("foreach_sub_mul and foreach_add_mul (their gradients: foreach_mul, foreach_sum_to)") {
     check_op<T>(
         [](auto x) {
           using V = std::decay_t<decltype(x[0])>;
@@ -224,7 +224,9 @@ TEMPLATE_TEST_CASE("shape and index ops match the CPU backend", "[cuda][ops]", f
               r{x[2], reshape(sum(x[2]), {1, 1}), x[0] * x[1]}, g{x[1], x[0], x[1] * x[1]};
           const auto y =
               foreach_sub_mul(std::span<const V>(a), std::span<const V>(r), std::span<const V>(g));
-          return y[0] * y[1] + y[2];
+          const auto z =
+              foreach_add_mul(std::span<const V>(y), std::span<const V>(r), std::span<const V>(a));
+          return z[0] * y[1] + z[2] * z[1];
         },
         list(normal<T>({2, 3}, 53), normal<T>({2, 3}, 54), normal<T>({3}, 55)));
   }

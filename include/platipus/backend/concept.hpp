@@ -77,8 +77,8 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::foreach_axpy(pd, 1.0)};
   {B::foreach_unary(UnaryOp::scale, pf, 1.0f)};
   {B::foreach_unary(UnaryOp::scale, pd, 1.0)};
-  // y_i = a_i - r_i g_i, r_i repeated along a_i's leading axes, with the
-  // bits of binary mul then binary sub.
+  // y_i = a_i - r_i g_i (a_i + r_i g_i where add), r_i repeated along a_i's
+  // leading axes, with the bits of binary mul then binary sub (add).
   {B::foreach_sub_mul(mf)};
   {B::foreach_sub_mul(md)};
   // y_i = r_i g_i (negated where negate[i]), r_i repeated as above, with the

@@ -131,14 +131,16 @@ struct AdamLayout {
   std::array<std::int64_t, capacity> n{};
 };
 
-// Up to `capacity` pieces of y = a - r * g (one kernel on a device): piece
-// i's n[i] elements a[i], g[i], y[i], and its rates r[i], of rn[i] elements
-// repeated along a's leading axes (rn[i] divides n[i]): the inner loop's
-// step with learned rates (Meta-SGD's alpha, PLATIPUS's gamma, MAML++'s).
+// Up to `capacity` pieces of y = a - r * g, or a + r * g where `add` (one
+// kernel on a device): piece i's n[i] elements a[i], g[i], y[i], and its
+// rates r[i], of rn[i] elements repeated along a's leading axes (rn[i]
+// divides n[i]): the inner loop's step with learned rates (Meta-SGD's alpha,
+// PLATIPUS's gamma, MAML++'s), and PLATIPUS's draws mu + sigma eps.
 template <class T>
 struct SubMulLayout {
   static constexpr int capacity = PiecesLayout<T>::capacity;
   int count = 0;
+  bool add = false;
   std::array<const T*, capacity> a{}, r{}, g{};
   std::array<T*, capacity> y{};
   std::array<std::int64_t, capacity> n{}, rn{};

@@ -166,14 +166,16 @@ inline bool repeats_along_leading_axes(const Shape& r, const Shape& a) {
   return true;
 }
 
-// a_i - r_i * g_i for every i (a_i and g_i of one shape, r_i's elements
-// repeated along a_i's leading axes), in calls of up to
-// SubMulLayout::capacity pieces: the bits of mul then sub on each.
+// a_i - r_i * g_i for every i, or a_i + r_i * g_i where `add` (a_i and g_i
+// of one shape, r_i's elements repeated along a_i's leading axes), in calls
+// of up to SubMulLayout::capacity pieces: the bits of mul then sub (add) on
+// each.
 template <class T, class B>
 std::vector<Tensor<T, B>> foreach_sub_mul(const std::vector<const Tensor<T, B>*>& a,
                                           const std::vector<const Tensor<T, B>*>& r,
-                                          const std::vector<const Tensor<T, B>*>& g) {
-  constexpr std::string_view who = "foreach_sub_mul";
+                                          const std::vector<const Tensor<T, B>*>& g,
+                                          bool add = false) {
+  const std::string_view who = add ? "foreach_add_mul" : "foreach_sub_mul";
   check(a.size() == r.size() && a.size() == g.size(), who, "{}, {} and {} tensors given", a.size(),
         r.size(), g.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -188,6 +190,7 @@ std::vector<Tensor<T, B>> foreach_sub_mul(const std::vector<const Tensor<T, B>*>
   detail::launch_in_layouts<SubMulLayout<T>>(
       a.size(),
       [&](SubMulLayout<T>& l, std::size_t k, std::size_t i) {
+        l.add = add;
         l.a[k] = a[i]->data();
         l.r[k] = r[i]->data();
         l.g[k] = g[i]->data();

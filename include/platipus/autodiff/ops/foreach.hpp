@@ -51,15 +51,16 @@ void set_each(Backward<T, B>& c, Adjoint adjoint) {
   for (std::size_t k = 0; k < inputs.size(); ++k) c.set(inputs[k], gradients[k]);
 }
 
-// foreach_sub_mul's rule (y_i = a_i - r_i g_i) where the sweep records
-// nothing: the products that give the r_i and g_i their gradients, -h_i g_i
-// and -h_i r_i, by one foreach_mul call for all pieces, and the rates' sums
-// over the tasks by one foreach_sum_to call per count of copies, where the
-// recorded rule takes a mul, a neg and a sum_to a piece (issue 38). The bits
-// are that rule's: signs passed on where nothing is summed, products negated
-// before they are summed (as set_sum_to), and added in reduce's order.
+// foreach_sub_mul's and foreach_add_mul's rule (y_i = a_i -/+ r_i g_i)
+// where the sweep records nothing: the products that give the r_i and g_i
+// their gradients (-/+ h_i g_i and -/+ h_i r_i) by one foreach_mul call for
+// all pieces, and the rates' sums over the tasks by one foreach_sum_to call
+// per count of copies, where the recorded rule takes a mul, a neg and a
+// sum_to a piece (issue 38). The bits are that rule's: signs passed on where
+// nothing is summed, products negated before they are summed (as
+// set_sum_to), and added in reduce's order.
 template <class T, class B>
-void set_sub_mul_grads(Backward<T, B>& c, std::size_t n) {
+void set_mul_step_grads(Backward<T, B>& c, std::size_t n, bool add) {
   struct Product {
     std::size_t input;
     bool negated, summed;
@@ -67,8 +68,8 @@ void set_sub_mul_grads(Backward<T, B>& c, std::size_t n) {
   std::vector<Product> products;
   std::vector<const Tensor<T, B>*> factors, hs;
   std::vector<bool> negate;
-  const auto add = [&](std::size_t input, const Var<T, B>& factor, const Var<T, B>& h,
-                       bool negated) {
+  const auto product = [&](std::size_t input, const Var<T, B>& factor, const Var<T, B>& h,
+                           bool negated) {
     const bool summed = c.input(input).shape() != h.shape();
     products.push_back({input, negated, summed});
     factors.push_back(&factor.value());
@@ -79,8 +80,9 @@ void set_sub_mul_grads(Backward<T, B>& c, std::size_t n) {
     const auto [h, negated] = c.signed_grad(i);
     if (!h.defined()) continue;
     if (c.needs(i)) c.set(i, h, negated);
-    if (c.needs(n + i)) add(n + i, c.input(2 * n + i), h, !negated);
-    if (c.needs(2 * n + i)) add(2 * n + i, c.input(n + i), h, !negated);
+    const bool product_negated = add ? negated : !negated;
+    if (c.needs(n + i)) product(n + i, c.input(2 * n + i), h, product_negated);
+    if (c.needs(2 * n + i)) product(2 * n + i, c.input(n + i), h, product_negated);
   }
   if (products.empty()) return;
   auto y = raw::foreach_mul(factors, hs, negate);
@@ -107,6 +109,38 @@ void set_sub_mul_grads(Backward<T, B>& c, std::size_t n) {
       c.set(input, c.tape().constant(std::move(sums[j]).reshaped(c.input(input).shape())));
     }
   }
+}
+
+// a_i - r_i g_i, or a_i + r_i g_i where `add`: foreach_sub_mul and
+// foreach_add_mul.
+template <class T, class B>
+std::vector<Var<T, B>> foreach_mul_step(std::span<const Var<T, B>> a, std::span<const Var<T, B>> r,
+                                        std::span<const Var<T, B>> g, bool add) {
+  const char* name = add ? "foreach_add_mul" : "foreach_sub_mul";
+  check(!a.empty(), name, "no tensors given");
+  auto y = raw::foreach_sub_mul(values(a), values(r), values(g), add);
+  std::vector<Var<T, B>> inputs(a.begin(), a.end());
+  inputs.insert(inputs.end(), r.begin(), r.end());
+  inputs.insert(inputs.end(), g.begin(), g.end());
+  const std::size_t n = a.size();
+  return record_many(
+      name, std::span<const Var<T, B>>(inputs), std::move(y),
+      [n, add](Backward<T, B>& c) {
+        if (!GradMode::enabled()) return set_mul_step_grads(c, n, add);
+        // A sweep that records: the product takes h, negated by one op for a
+        // difference (as sub's rule), and gives it to each factor (as mul's).
+        for (std::size_t i = 0; i < n; ++i) {
+          const Var<T, B> h = c.grad(i);
+          if (!h.defined()) continue;
+          if (c.needs(i)) c.set(i, h);
+          if (!c.needs(n + i) && !c.needs(2 * n + i)) continue;
+          const Var<T, B> product_grad = add ? h : neg(h);
+          if (c.needs(n + i)) set_sum_to(c, n + i, mul(product_grad, c.input(2 * n + i)), false);
+          if (c.needs(2 * n + i))
+            set_sum_to(c, 2 * n + i, mul(product_grad, c.input(n + i)), false);
+        }
+      },
+      saves_inputs);
 }
 
 }  // namespace detail
@@ -157,40 +191,22 @@ std::vector<Var<T, B>> foreach_add_scaled(std::span<const Var<T, B>> a,
 // along a_i's leading axes: raw::repeats_along_leading_axes), one op and
 // one backend call for all: the inner loop's step with learned rates
 // (Meta-SGD's alpha, PLATIPUS's gamma, MAML++'s), where a mul and a sub per
-// piece were two nodes and two kernels (issue 38). The rule is sub's then mul's, so
-// values and derivatives have their bits (negation being exact).
+// piece were two nodes and two kernels (issue 38). The rule is sub's then
+// mul's, so values and derivatives have their bits (negation being exact).
 template <class T, class B>
 std::vector<Var<T, B>> foreach_sub_mul(std::span<const Var<T, B>> a, std::span<const Var<T, B>> r,
                                        std::span<const Var<T, B>> g) {
-  check(!a.empty(), "foreach_sub_mul", "no tensors given");
-  auto values = raw::foreach_sub_mul(detail::values(a), detail::values(r), detail::values(g));
-  std::vector<Var<T, B>> inputs(a.begin(), a.end());
-  inputs.insert(inputs.end(), r.begin(), r.end());
-  inputs.insert(inputs.end(), g.begin(), g.end());
-  const std::size_t n = a.size();
-  return record_many(
-      "foreach_sub_mul", std::span<const Var<T, B>>(inputs), std::move(values),
-      [n](Backward<T, B>& c) {
-        if (!GradMode::enabled()) return detail::set_sub_mul_grads(c, n);
-        for (std::size_t i = 0; i < n; ++i) {
-          const auto [h, negated] = c.signed_grad(i);
-          if (!h.defined()) continue;
-          if (c.needs(i)) c.set(i, h, negated);
-          if (!c.needs(n + i) && !c.needs(2 * n + i)) continue;
-          // The product takes -h, negated once where the sweep records (as
-          // sub's rule does), and gives it to each factor (as mul's).
-          auto [product_grad, product_negated] = std::pair{h, !negated};
-          if (product_negated && GradMode::enabled()) {
-            product_grad = neg(h);
-            product_negated = false;
-          }
-          if (c.needs(n + i))
-            detail::set_sum_to(c, n + i, mul(product_grad, c.input(2 * n + i)), product_negated);
-          if (c.needs(2 * n + i))
-            detail::set_sum_to(c, 2 * n + i, mul(product_grad, c.input(n + i)), product_negated);
-        }
-      },
-      saves_inputs);
+  return detail::foreach_mul_step(a, r, g, false);
+}
+
+// a_i + r_i * g_i for every i, as foreach_sub_mul: PLATIPUS's draws
+// mu + sigma eps over all pieces (Algorithm 1, steps 2 and 6), where a mul
+// and an add per piece were two nodes and two kernels. The rule is add's
+// then mul's.
+template <class T, class B>
+std::vector<Var<T, B>> foreach_add_mul(std::span<const Var<T, B>> a, std::span<const Var<T, B>> r,
+                                       std::span<const Var<T, B>> g) {
+  return detail::foreach_mul_step(a, r, g, true);
 }
 
 template <class T, class B>

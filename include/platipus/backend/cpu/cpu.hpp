@@ -113,7 +113,10 @@ struct cpu {
       // The product is stored before the difference, as mul's and sub's
       // kernels round them: a contracted a - r g would round once.
       repeated_products(r, g, y, n, rn);
-      for (std::int64_t j = 0; j < n; ++j) y[j] = a[j] - y[j];
+      if (l.add)
+        for (std::int64_t j = 0; j < n; ++j) y[j] = a[j] + y[j];
+      else
+        for (std::int64_t j = 0; j < n; ++j) y[j] = a[j] - y[j];
     }
   }
   template <class T>

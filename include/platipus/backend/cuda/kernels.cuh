@@ -131,7 +131,7 @@ __global__ void foreach_axpy_kernel(PiecesLayout<T> l, T s) {
   for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) y[i] = a[i] + s * b[i];
 }
 
-// The product rounded alone (no contraction into a - r g), as mul and sub.
+// The product rounded alone (no contraction into a -+ r g), as mul and sub.
 template <class T>
 __device__ T multiplied_rn(T a, T b) {
   if constexpr (std::is_same_v<T, float>)
@@ -146,8 +146,10 @@ __global__ void foreach_sub_mul_kernel(SubMulLayout<T> l) {
   const T *a = l.a[p], *r = l.r[p], *g = l.g[p];
   T* y = l.y[p];
   const std::int64_t rn = l.rn[p];
-  for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count())
-    y[i] = a[i] - multiplied_rn(r[i % rn], g[i]);
+  for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) {
+    const T product = multiplied_rn(r[i % rn], g[i]);
+    y[i] = l.add ? a[i] + product : a[i] - product;
+  }
 }
 
 template <class T>

@@ -193,10 +193,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
                               true);  // step 1
     const auto mu_p = descend(mu, unflatten(exp(v[log_gamma_p]), layout.shapes()), xs, ys,
                               true);  // step 4
-    Pieces<T, B> theta;               // step 2
-    for (std::size_t i = 0; i < mu_q.size(); ++i)
-      theta.push_back(mu_q[i] + exp_scaled(log_vq[i], T(0.5)) *
-                                    tape.constant(noise.normal<T, B>(mu_q[i].shape())));
+
+    const auto theta = draw(mu_q, log_vq, noise);          // step 2
     const auto query = query_loss(theta, xs, ys, xq, yq);  // steps 3 and 5
     Var<T, B> kl;
     for (std::size_t i = 0; i < mu_q.size(); ++i) {
@@ -206,13 +204,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
       kl = kl.defined() ? kl + term : term;
     }
     Var<T, B> prior_query;  // step 6
-    if (settings_.prior_likelihood_weight > 0) {
-      Pieces<T, B> theta_p;
-      for (std::size_t i = 0; i < mu_p.size(); ++i)
-        theta_p.push_back(mu_p[i] + exp_scaled(log_s2[i], T(0.5)) *
-                                        tape.constant(noise.normal<T, B>(mu_p[i].shape())));
-      prior_query = query_loss(theta_p, xs, ys, xq, yq);
-    }
+    if (settings_.prior_likelihood_weight > 0)
+      prior_query = query_loss(draw(mu_p, log_s2, noise), xs, ys, xq, yq);
     return {query, kl, prior_query};
   }
 
@@ -264,6 +257,19 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
         adapt(model_, loss_, theta, xs, ys, settings_.inner_loop, {.create_graph = true}).params;
     const auto per_point = loss_(model_.forward(std::span<const Var<T, B>>(phi), xq), yq, 2);
     return settings_.query_reduction == Reduction::sum ? sum(per_point, {1}) : mean(per_point, {1});
+  }
+
+  // mean + exp(log_v / 2) eps for every piece, eps ~ N(0, I) drawn piece by
+  // piece: one foreach_add_mul for all pieces (issue 38).
+  Pieces<T, B> draw(const Pieces<T, B>& mean, const Pieces<T, B>& log_v, TaskNoise& noise) const {
+    Tape<T, B>& tape = mean[0].tape();
+    Pieces<T, B> deviation, eps;
+    for (std::size_t i = 0; i < mean.size(); ++i) {
+      deviation.push_back(exp_scaled(log_v[i], T(0.5)));
+      eps.push_back(tape.constant(noise.normal<T, B>(mean[i].shape())));
+    }
+    return foreach_add_mul(std::span<const Var<T, B>>(mean), std::span<const Var<T, B>>(deviation),
+                           std::span<const Var<T, B>>(eps));
   }
 
   // mean - gamma * grad L(mean, D), piece by piece, repeated mean_steps times.
