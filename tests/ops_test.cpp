@@ -310,8 +310,9 @@ TEST_CASE(
   CHECK(calls[0] == 6u);
   CHECK(calls[1] == 1u);
   // The products for all r_i and g_i in one call, the sums over the tasks
-  // in one a count of copies (4 for piece 0's rates, 10 for piece 1's; piece
-  // 2's are per element), where the per-piece rules took a mul each.
+  // in one call per count of copies (4 for piece 0's rates, 10 for piece
+  // 1's; piece 2's are per element), where the per-piece rules took a mul
+  // each.
   CHECK(backward_calls[1]["foreach_mul"] == 1);
   CHECK(backward_calls[1]["foreach_sum_to"] == 2);
   CHECK(backward_calls[0]["binary mul"] - backward_calls[1]["binary mul"] == 6);
