@@ -592,6 +592,145 @@ TEST_CASE("exp_scaled is exp(scale(x, s)) in one call, with its bits to the seco
   }
 }
 
+TEST_CASE("foreach_exp_scaled is exp_scaled on every piece in one call, with its bits",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  const std::vector<Shape> shapes{{4, 3}, {2, 5}, {7}, {3}};
+  Generator gen(430);
+  std::vector<Tensor<float>> x0, w0;
+  for (const Shape& shape : shapes) {
+    x0.push_back(raw::normal<float>(shape, gen));
+    w0.push_back(raw::normal<float>(shape, gen));
+  }
+  for (const float s : {0.5f, -1.f}) {
+    CAPTURE(s);
+    std::vector<float> results[2];
+    std::uint64_t calls[2];
+    KernelCalls backward_calls[2];
+    for (const bool fused : {false, true}) {
+      Tape<float, counted> tape;
+      // Piece 3 is a constant, whose gradient no one wants.
+      std::vector<CountedVar> x{
+          tape.variable(x0[0].to<counted>()), tape.variable(x0[1].to<counted>()),
+          tape.variable(x0[2].to<counted>()), tape.constant(x0[3].to<counted>())};
+      const std::span<const CountedVar> variables(x.data(), 3);
+      counted::reset();
+      std::vector<CountedVar> e;
+      if (fused)
+        e = foreach_exp_scaled(std::span<const CountedVar>(x), s);
+      else
+        for (const auto& xi : x) e.push_back(exp_scaled(xi, s));
+      calls[fused] = counted::calls().total();
+      // Piece 1's gradient arrives negated (sub's), piece 2 receives none,
+      // piece 3 one known on the host (no kernel).
+      const auto w = [&](std::size_t i) {
+        return tape.constant(w0[i].to<counted>());
+      };
+      const CountedVar loss =
+          sum(mul(e[0], w(0))) + sum(square(w(1) - e[1])) + sum(e[3]) + sum(square(x[2]));
+      counted::reset();
+      const auto plain = grad(loss, variables);
+      backward_calls[fused] = counted::calls();
+      const auto first = grad(loss, variables, {.create_graph = true});
+      // A sweep that records nothing takes the foreach rule, one that records
+      // the per-piece one: the same bits.
+      for (std::size_t i = 0; i < first.size(); ++i)
+        CHECK(plain[i].to_vector() == first[i].to_vector());
+      CountedVar norm;
+      for (const auto& d : first) norm = norm.defined() ? norm + sum(mul(d, d)) : sum(mul(d, d));
+      const auto second = grad(norm, variables);
+      for (const auto* values : std::array<const std::vector<CountedVar>*, 3>{&e, &first, &second})
+        for (const auto& v : *values)
+          for (const float f : v.value().to<cpu>().to_vector()) results[fused].push_back(f);
+    }
+    CHECK(results[0] == results[1]);
+    CHECK(calls[0] == shapes.size());
+    CHECK(calls[1] == 1u);
+    // The two pieces with gradients: their products in one call, scaled by
+    // one call unless s = -1 passes the sign on, where each took a mul and a
+    // scale; and piece 1's negated gradient passed on, where the per-piece
+    // rule negated it, and for s = -1 its result too.
+    CHECK(backward_calls[1]["foreach_mul"] == 1);
+    CHECK(backward_calls[1]["foreach_unary scale"] == (s == -1.f ? 0u : 1u));
+    CHECK(backward_calls[0]["binary mul"] - backward_calls[1]["binary mul"] == 2);
+    CHECK(backward_calls[0]["unary scale"] - backward_calls[1]["unary scale"] ==
+          (s == -1.f ? 0u : 2u));
+    CHECK(backward_calls[0]["unary neg"] - backward_calls[1]["unary neg"] == (s == -1.f ? 2u : 0u));
+  }
+  CHECK_THROWS_WITH(foreach_exp_scaled(std::span<const Var<float>>(), 0.5f),
+                    Contains("foreach_exp_scaled") && Contains("no tensors given"));
+}
+
+TEST_CASE("kl_diagonal_gaussians over pieces is the sum of each piece's, with its bits",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  using Span = std::span<const CountedVar>;
+  constexpr std::int64_t tasks = 3;
+  const std::vector<std::int64_t> sizes{4, 7, 1};
+  Generator gen(440);
+  std::vector<Tensor<float>> values;  // each piece's mean_q, log_var_q, mean_p, log_var_p
+  for (const std::int64_t d : sizes)
+    for (const Shape& shape : {Shape{tasks, d}, Shape{d}, Shape{tasks, d}, Shape{d}})
+      values.push_back(raw::normal<float>(shape, gen));
+  std::vector<float> results[2];
+  KernelCalls calls[2];
+  for (const bool pieces : {false, true}) {
+    Tape<float, counted> tape;
+    std::vector<CountedVar> v;
+    for (const auto& t : values) v.push_back(tape.variable(t.to<counted>()));
+    const auto argument = [&](std::size_t k) {  // the k-th argument of every piece
+      std::vector<CountedVar> a;
+      for (std::size_t i = 0; i < sizes.size(); ++i) a.push_back(v[4 * i + k]);
+      return a;
+    };
+    counted::reset();
+    CountedVar kl;
+    if (pieces) {
+      const auto mean_q = argument(0), log_var_q = argument(1), mean_p = argument(2),
+                 log_var_p = argument(3);
+      kl = kl_diagonal_gaussians(Span(mean_q), Span(log_var_q), Span(mean_p), Span(log_var_p));
+    } else {
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        const auto term = kl_diagonal_gaussians(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+        kl = kl.defined() ? kl + term : term;
+      }
+    }
+    calls[pieces] = counted::calls();
+    const CountedVar loss = sum(square(kl));
+    const auto plain = grad(loss, Span(v));
+    const auto first = grad(loss, Span(v), {.create_graph = true});
+    CountedVar norm;
+    for (const auto& d : first) norm = norm.defined() ? norm + sum(mul(d, d)) : sum(mul(d, d));
+    const auto second = grad(norm, Span(v));
+    results[pieces] = kl.value().to<cpu>().to_vector();
+    for (const auto* grads : {&plain, &first, &second})
+      for (const auto& d : *grads)
+        for (const float f : d.value().to<cpu>().to_vector()) results[pieces].push_back(f);
+  }
+  CHECK(results[0] == results[1]);
+  // Two exp_scaled a piece, two foreach calls for all.
+  CHECK(calls[0]["unary exp_scaled"] == 2 * sizes.size());
+  CHECK(calls[1]["unary exp_scaled"] == 0);
+  CHECK(calls[1]["foreach_unary exp_scaled"] == 2);
+  CHECK(calls[0].total() - calls[1].total() == 2 * sizes.size() - 2);
+
+  Tape<float> tape;
+  const auto mean = tape.constant(raw::normal<float>({tasks, 4}, gen)),
+             other = tape.constant(raw::normal<float>({tasks, 2}, gen)),
+             log_var = tape.constant(raw::normal<float>({4}, gen));
+  const std::array<Var<float>, 2> means{mean, mean}, log_vars{log_var, log_var};
+  const std::array<Var<float>, 2> mismatched{mean, other};
+  using FloatSpan = std::span<const Var<float>>;
+  CHECK_THROWS_WITH(kl_diagonal_gaussians(FloatSpan(means), FloatSpan(log_vars).first(1),
+                                          FloatSpan(means), FloatSpan(log_vars)),
+                    Contains("kl_diagonal_gaussians") && Contains("2, 1, 2 and 2 pieces given"));
+  CHECK_THROWS_WITH(kl_diagonal_gaussians(FloatSpan(means), FloatSpan(log_vars),
+                                          FloatSpan(mismatched), FloatSpan(log_vars)),
+                    Contains("means [3, 4] and [3, 2] differ in shape"));
+}
+
 TEST_CASE("power, exponential and activation ops pass first and second order checks", "[ops]") {
   SECTION("pow") {
     check_derivatives([](auto x) { return pow(x[0], 3.5); }, list(positive({5}, 11)));
@@ -608,6 +747,28 @@ TEST_CASE("power, exponential and activation ops pass first and second order che
   SECTION("exp_scaled") {
     check_derivatives([](auto x) { return exp_scaled(x[0], 0.5) * exp_scaled(x[0], -1.0); },
                       list(normal({5}, 16)));
+  }
+  SECTION("kl_diagonal_gaussians over pieces") {
+    check_derivatives(
+        [](auto x) {
+          const std::array<V, 2> mean_q{x[0], x[0] * x[1]}, log_var_q{x[2], x[2] * x[3]},
+              mean_p{x[1], x[0]}, log_var_p{x[3], x[2] - x[3]};
+          using Span = std::span<const V>;
+          return kl_diagonal_gaussians(Span(mean_q), Span(log_var_q), Span(mean_p),
+                                       Span(log_var_p));
+        },
+        list(normal({2, 3}, 87), normal({2, 3}, 88), normal({3}, 89, 0, 0.5),
+             normal({3}, 90, 0, 0.5)));
+  }
+  SECTION("foreach_exp_scaled") {
+    check_derivatives(
+        [](auto x) {
+          const std::array<V, 2> a{x[0], x[1] * x[0]};
+          const auto half = foreach_exp_scaled(std::span<const V>(a), 0.5);
+          const auto inverse = foreach_exp_scaled(std::span<const V>(a), -1.0);
+          return half[0] * inverse[1] - inverse[0] * half[1];
+        },
+        list(normal({5}, 85), normal({5}, 86)));
   }
   SECTION("log") {
     check_derivatives([](auto x) { return log(x[0]); }, list(positive({5}, 15)));

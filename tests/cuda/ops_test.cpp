@@ -69,6 +69,17 @@ TEMPLATE_TEST_CASE("power, exponential and activation ops match the CPU backend"
     check_op<T>([](auto x) { return exp_scaled(x[0], T(0.5)) * exp_scaled(x[0], T(-1)); },
                 list(normal<T>({5}, 18)));
   }
+  SECTION("foreach_exp_scaled (its gradient: foreach_mul, foreach_unary scale)") {
+    check_op<T>(
+        [](auto x) {
+          using V = std::decay_t<decltype(x[0])>;
+          const std::array<V, 2> a{x[0], x[1] * x[0]};
+          const auto half = foreach_exp_scaled(std::span<const V>(a), T(0.5));
+          const auto inverse = foreach_exp_scaled(std::span<const V>(a), T(-1));
+          return half[0] * inverse[1] - inverse[0] * half[1];
+        },
+        list(normal<T>({5}, 96), normal<T>({5}, 97)));
+  }
   SECTION("log") {
     check_op<T>([](auto x) { return log(x[0]); }, list(positive<T>({5}, 17)));
   }

@@ -157,10 +157,10 @@ std::vector<Tensor<T, B>> foreach_axpy(const std::vector<const Tensor<T, B>*>& a
 // leading axes: r's shape, its leading 1s dropped, ends a's (a per-parameter
 // rate shared by the tasks, or one rate for the piece).
 inline bool repeats_along_leading_axes(const Shape& r, const Shape& a) {
+  if (r.rank() > a.rank()) return false;
   int k = 0;
   while (k < r.rank() && r[k] == 1) ++k;
-  const int m = r.rank() - k;
-  if (r.rank() > a.rank()) return false;  // and so m <= a.rank()
+  const int m = r.rank() - k;  // m <= a.rank()
   for (int j = 0; j < m; ++j)
     if (r[k + j] != a[a.rank() - m + j]) return false;
   return true;

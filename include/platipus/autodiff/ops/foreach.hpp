@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "platipus/autodiff/ops/arithmetic.hpp"
+#include "platipus/autodiff/ops/exp_log.hpp"
 #include "platipus/autodiff/record.hpp"
 #include "platipus/tensor/elementwise.hpp"
 
@@ -67,14 +68,12 @@ void set_mul_step_grads(Backward<T, B>& c, std::size_t n, bool add) {
   };
   std::vector<Product> products;
   std::vector<const Tensor<T, B>*> factors, hs;
-  std::vector<bool> negate;
   const auto product = [&](std::size_t input, const Var<T, B>& factor, const Var<T, B>& h,
                            bool negated) {
     const bool summed = c.input(input).shape() != h.shape();
     products.push_back({input, negated, summed});
     factors.push_back(&factor.value());
     hs.push_back(&h.value());
-    negate.push_back(negated && summed);
   };
   for (std::size_t i = 0; i < n; ++i) {
     const auto [h, negated] = c.signed_grad(i);
@@ -85,6 +84,8 @@ void set_mul_step_grads(Backward<T, B>& c, std::size_t n, bool add) {
     if (c.needs(2 * n + i)) product(2 * n + i, c.input(n + i), h, product_negated);
   }
   if (products.empty()) return;
+  std::vector<bool> negate;  // where summed: a sum's terms are negated first
+  for (const Product& p : products) negate.push_back(p.negated && p.summed);
   auto y = raw::foreach_mul(factors, hs, negate);
   std::map<std::int64_t, std::vector<std::size_t>> by_copies;  // the products to sum
   for (std::size_t k = 0; k < products.size(); ++k) {
@@ -207,6 +208,50 @@ template <class T, class B>
 std::vector<Var<T, B>> foreach_add_mul(std::span<const Var<T, B>> a, std::span<const Var<T, B>> r,
                                        std::span<const Var<T, B>> g) {
   return detail::foreach_mul_step(a, r, g, true);
+}
+
+// exp(s x_i) for every i, as exp_scaled on each, with one op and one
+// backend call: the standard deviations exp(log v / 2) of PLATIPUS's draws
+// (Algorithm 1, steps 2 and 6) over all pieces, where an exp_scaled per
+// piece was a node and a kernel each (issue 38). The rule is exp_scaled's on
+// each piece; where the sweep records nothing, its products h_i y_i are one
+// foreach_mul call and their scaling one foreach_map call for all pieces,
+// with the bits of the mul and scale per piece.
+template <class T, class B>
+std::vector<Var<T, B>> foreach_exp_scaled(std::span<const Var<T, B>> x, T s) {
+  check(!x.empty(), "foreach_exp_scaled", "no tensors given");
+  return record_many(
+      "foreach_exp_scaled", x, raw::foreach_map(UnaryOp::exp_scaled, detail::values(x), s),
+      [s](Backward<T, B>& c) {
+        if (GradMode::enabled()) {
+          for (std::size_t i = 0; i < c.output_count(); ++i)
+            if (c.needs(i) && c.grad(i).defined())
+              detail::set_exp_scaled_grad(c, i, mul(c.grad(i), c.output(i)), s);
+          return;
+        }
+        std::vector<std::size_t> inputs;
+        std::vector<const Tensor<T, B>*> hs, ys;
+        std::vector<bool> negated;
+        for (std::size_t i = 0; i < c.output_count(); ++i) {
+          if (!c.needs(i)) continue;
+          const auto [h, h_negated] = c.signed_grad(i);
+          if (!h.defined()) continue;
+          inputs.push_back(i);
+          hs.push_back(&h.value());
+          ys.push_back(&c.output(i).value());
+          negated.push_back(h_negated);
+        }
+        if (inputs.empty()) return;
+        auto products = raw::foreach_mul(hs, ys, std::vector<bool>(inputs.size(), false));
+        if (s != T(-1)) {
+          std::vector<const Tensor<T, B>*> p;
+          for (const auto& pk : products) p.push_back(&pk);
+          products = raw::foreach_map(UnaryOp::scale, p, s);
+        }
+        for (std::size_t k = 0; k < inputs.size(); ++k)  // s = -1: the sign passed on
+          c.set(inputs[k], c.tape().constant(std::move(products[k])), negated[k] != (s == T(-1)));
+      },
+      Saved{.inputs = 0, .outputs = true});
 }
 
 template <class T, class B>

@@ -125,9 +125,10 @@ struct cpu {
       const std::int64_t n = l.n[i], rn = l.rn[i];
       const T *r = l.r[i], *g = l.g[i];
       T* y = l.y[i];
-      repeated_products(r, g, y, n, rn);
       if (l.negate[i])
-        for (std::int64_t j = 0; j < n; ++j) y[j] = -y[j];
+        repeated_products<true>(r, g, y, n, rn);
+      else
+        repeated_products(r, g, y, n, rn);
     }
   }
   template <class T>
@@ -360,14 +361,20 @@ struct cpu {
   }
 
  private:
-  // y = r g over n elements, r's rn values repeated along them.
-  template <class T>
+  // y = r g over n elements, r's rn values repeated along them; -(r g) where
+  // Negated, in the same pass as (-r) g, which has its bits.
+  template <bool Negated = false, class T>
   static void repeated_products(const T* r, const T* g, T* y, std::int64_t n, std::int64_t rn) {
-    if (rn == 1)
-      for (std::int64_t j = 0; j < n; ++j) y[j] = r[0] * g[j];
-    else
+    const auto rate = [r](std::int64_t j) {
+      return Negated ? -r[j] : r[j];
+    };
+    if (rn == 1) {
+      const T r0 = rate(0);
+      for (std::int64_t j = 0; j < n; ++j) y[j] = r0 * g[j];
+    } else {
       for (std::int64_t o = 0; o < n; o += rn)
-        for (std::int64_t j = 0; j < rn; ++j) y[o + j] = r[j] * g[o + j];
+        for (std::int64_t j = 0; j < rn; ++j) y[o + j] = rate(j) * g[o + j];
+    }
   }
   // Writes the whole block at once: a cached block serves requests of several
   // sizes in its class, and pages first touched by a later, larger request

@@ -5,22 +5,68 @@
 //                                     + (v_q + (m_q - m_p)^2) / v_p - 1 ]
 #pragma once
 
+#include <span>
+#include <vector>
+
 #include "platipus/autodiff.hpp"
 
 namespace platipus {
+
+namespace detail {
+
+inline void check_kl_means(const Shape& mean_q, const Shape& mean_p) {
+  check(mean_q == mean_p, "kl_diagonal_gaussians", "means {} and {} differ in shape", mean_q,
+        mean_p);
+}
+
+// The KL from r = log v_p - log v_q, exp(-r) = v_q / v_p and 1 / v_p.
+template <class T, class B>
+Var<T, B> kl_from_ratios(const Var<T, B>& mean_q, const Var<T, B>& mean_p,
+                         const Var<T, B>& log_ratio, const Var<T, B>& variance_ratio,
+                         const Var<T, B>& inverse_var_p) {
+  const auto terms = log_ratio + variance_ratio + square(mean_q - mean_p) * inverse_var_p;
+  return 0.5 * sum(expand(terms, mean_q.shape()) - 1.0, {-1});
+}
+
+}  // namespace detail
 
 // Means [batch..., D], log-variances broadcastable to them; the sum runs over
 // the last axis, leaving one value per leading index.
 template <class T, class B>
 Var<T, B> kl_diagonal_gaussians(const Var<T, B>& mean_q, const Var<T, B>& log_var_q,
                                 const Var<T, B>& mean_p, const Var<T, B>& log_var_p) {
-  check(mean_q.shape() == mean_p.shape(), "kl_diagonal_gaussians",
-        "means {} and {} differ in shape", mean_q.shape(), mean_p.shape());
-  const auto log_ratio =
-      sub(log_var_p, log_var_q);  // log v_p - log v_q; v_q / v_p = exp(-log_ratio)
-  const auto terms = log_ratio + exp_scaled(log_ratio, T(-1)) +
-                     square(mean_q - mean_p) * exp_scaled(log_var_p, T(-1));
-  return 0.5 * sum(expand(terms, mean_q.shape()) - 1.0, {-1});
+  detail::check_kl_means(mean_q.shape(), mean_p.shape());
+  const auto log_ratio = sub(log_var_p, log_var_q);
+  return detail::kl_from_ratios(mean_q, mean_p, log_ratio, exp_scaled(log_ratio, T(-1)),
+                                exp_scaled(log_var_p, T(-1)));
+}
+
+// The sum of kl_diagonal_gaussians over pieces i (mean_q[i], log_var_q[i],
+// mean_p[i], log_var_p[i]), added in order, with its bits: PLATIPUS's KL
+// over a model's parameter pieces. The exps of all pieces are two
+// foreach_exp_scaled ops where they were two exp_scaled a piece (issue 38).
+template <class T, class B>
+Var<T, B> kl_diagonal_gaussians(std::span<const Var<T, B>> mean_q,
+                                std::span<const Var<T, B>> log_var_q,
+                                std::span<const Var<T, B>> mean_p,
+                                std::span<const Var<T, B>> log_var_p) {
+  const std::size_t n = mean_q.size();
+  check(n > 0 && log_var_q.size() == n && mean_p.size() == n && log_var_p.size() == n,
+        "kl_diagonal_gaussians", "{}, {}, {} and {} pieces given (means and log-variances of q, p)",
+        n, log_var_q.size(), mean_p.size(), log_var_p.size());
+  for (std::size_t i = 0; i < n; ++i) detail::check_kl_means(mean_q[i].shape(), mean_p[i].shape());
+  std::vector<Var<T, B>> log_ratio;
+  log_ratio.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) log_ratio.push_back(sub(log_var_p[i], log_var_q[i]));
+  const auto variance_ratio = foreach_exp_scaled(std::span<const Var<T, B>>(log_ratio), T(-1));
+  const auto inverse_var_p = foreach_exp_scaled(log_var_p, T(-1));
+  Var<T, B> kl;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto term = detail::kl_from_ratios(mean_q[i], mean_p[i], log_ratio[i], variance_ratio[i],
+                                             inverse_var_p[i]);
+    kl = kl.defined() ? kl + term : term;
+  }
+  return kl;
 }
 
 }  // namespace platipus

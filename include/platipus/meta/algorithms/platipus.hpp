@@ -196,13 +196,16 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
 
     const auto theta = draw(mu_q, log_vq, noise);          // step 2
     const auto query = query_loss(theta, xs, ys, xq, yq);  // steps 3 and 5
-    Var<T, B> kl;
+    Pieces<T, B> mean_q, log_var_q, mean_p, log_var_p;     // [tasks, D_i] and [D_i]
     for (std::size_t i = 0; i < mu_q.size(); ++i) {
-      const auto term =
-          kl_diagonal_gaussians(reshape(mu_q[i], {tasks, -1}), reshape(log_vq[i], {-1}),
-                                reshape(mu_p[i], {tasks, -1}), reshape(log_s2[i], {-1}));
-      kl = kl.defined() ? kl + term : term;
+      mean_q.push_back(reshape(mu_q[i], {tasks, -1}));
+      log_var_q.push_back(reshape(log_vq[i], {-1}));
+      mean_p.push_back(reshape(mu_p[i], {tasks, -1}));
+      log_var_p.push_back(reshape(log_s2[i], {-1}));
     }
+    using Span = std::span<const Var<T, B>>;
+    const auto kl =
+        kl_diagonal_gaussians(Span(mean_q), Span(log_var_q), Span(mean_p), Span(log_var_p));
     Var<T, B> prior_query;  // step 6
     if (settings_.prior_likelihood_weight > 0)
       prior_query = query_loss(draw(mu_p, log_s2, noise), xs, ys, xq, yq);
@@ -260,14 +263,13 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   }
 
   // mean + exp(log_v / 2) eps for every piece, eps ~ N(0, I) drawn piece by
-  // piece: one foreach_add_mul for all pieces (issue 38).
+  // piece: one foreach_exp_scaled and one foreach_add_mul for all pieces
+  // (issue 38).
   Pieces<T, B> draw(const Pieces<T, B>& mean, const Pieces<T, B>& log_v, TaskNoise& noise) const {
     Tape<T, B>& tape = mean[0].tape();
-    Pieces<T, B> deviation, eps;
-    for (std::size_t i = 0; i < mean.size(); ++i) {
-      deviation.push_back(exp_scaled(log_v[i], T(0.5)));
-      eps.push_back(tape.constant(noise.normal<T, B>(mean[i].shape())));
-    }
+    const auto deviation = foreach_exp_scaled(std::span<const Var<T, B>>(log_v), T(0.5));
+    Pieces<T, B> eps;
+    for (const auto& m : mean) eps.push_back(tape.constant(noise.normal<T, B>(m.shape())));
     return foreach_add_mul(std::span<const Var<T, B>>(mean), std::span<const Var<T, B>>(deviation),
                            std::span<const Var<T, B>>(eps));
   }
