@@ -527,7 +527,84 @@ TEST_CASE("add_n adds its summands in order, with the bits of a chain of adds", 
   CHECK_THROWS_WITH(raw::add_n(std::span<const Tensor<float>* const>(four)),
                     Contains("4 summands given"));
   CHECK_THROWS_WITH(raw::add_n(std::span<const Tensor<float>* const>(unlike)),
-                    Contains("summand 1 is [4, 32], summand 0 [4, 33]"));
+                    Contains("add_n") && Contains("shapes [4, 33] and [4, 32] do not broadcast"));
+}
+
+TEST_CASE("add_n adds summands that repeat along one run of axes, with a broadcasting add's bits",
+          "[ops]") {
+  Generator gen(91);
+  const auto full = raw::normal<float>({2, 5, 3}, gen), other = raw::normal<float>({2, 5, 3}, gen);
+  // Repeated along the middle axis, the leading ones (a missing axis too),
+  // the last one, and the first two axes (a run of two).
+  const std::vector<Shape> shapes{{2, 1, 3}, {1, 1, 3}, {3}, {2, 5, 1}, {1, 1, 3}};
+  for (const Shape& shape : shapes) {
+    const auto part = raw::map(UnaryOp::scale, raw::normal<float>(shape, gen), 1e4f);
+    for (int order = 0; order < 3; ++order) {
+      // The repeated summand first, in the middle and last, negated in turn.
+      std::vector<const Tensor<float>*> x{&full, &other};
+      x.insert(x.begin() + order, &part);
+      const std::array<bool, 3> negate{order == 0, order == 1, true};
+      Tensor<float> chain = negate[0] ? raw::map(UnaryOp::neg, *x[0]) : x[0]->clone();
+      for (std::size_t k = 1; k < 3; ++k)
+        chain = raw::map(negate[k] ? BinaryOp::sub : BinaryOp::add, chain, *x[k], "add");
+      INFO("summand " << fmt::format("{}", shape) << " at " << order);
+      const auto summands = std::span<const Tensor<float>* const>(x);
+      CHECK(raw::add_n_takes(summands));
+      const auto sum = raw::add_n(summands, std::span<const bool>(negate));
+      CHECK(sum.shape() == full.shape());
+      CHECK(sum.to_vector() == chain.to_vector());
+    }
+  }
+  // All summands repeated: the sum keeps their broadcast shape.
+  const auto row = raw::normal<float>({2, 1, 3}, gen), column = raw::normal<float>({1, 1, 3}, gen);
+  const std::vector<const Tensor<float>*> small{&row, &column};
+  const auto small_sum = raw::add_n(std::span<const Tensor<float>* const>(small));
+  CHECK(small_sum.shape() == Shape{2, 1, 3});
+  CHECK(small_sum.to_vector() == raw::map(BinaryOp::add, row, column, "add").to_vector());
+  // Repeated along two runs (axes 1 and 3): a broadcasting add's, not add_n's.
+  const auto wide = raw::normal<float>({2, 5, 3, 4}, gen),
+             split = raw::normal<float>({2, 1, 3, 1}, gen);
+  const std::vector<const Tensor<float>*> two_runs{&wide, &split};
+  CHECK_FALSE(raw::add_n_takes(std::span<const Tensor<float>* const>(two_runs)));
+  CHECK_THROWS_WITH(raw::add_n(std::span<const Tensor<float>* const>(two_runs)),
+                    Contains("summand 1 is [2, 1, 3, 1], which repeats over [2, 5, 3, 4] along "
+                             "more than one run of axes"));
+  CHECK(raw::repetition_over({2, 1, 3}, {2, 5, 3})->repeat == 5);
+  CHECK(raw::repetition_over({2, 1, 3}, {2, 5, 3})->inner == 3);
+  CHECK(raw::repetition_over({3}, {2, 5, 3})->repeat == 10);
+  CHECK(raw::repetition_over({2, 5, 3}, {2, 5, 3})->repeat == 1);
+  CHECK_FALSE(raw::repetition_over({2, 2, 3}, {2, 5, 3}).has_value());
+  CHECK_FALSE(raw::repetition_over({1, 2, 5, 3}, {2, 5, 3}).has_value());
+}
+
+TEST_CASE("a sweep adds a value's broadcast gradient and its others with one add_n, same bits",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  Generator gen(92);
+  const auto x0 = raw::normal<float>({2, 5, 3}, gen), w0 = raw::normal<float>({2, 1, 3}, gen),
+             u0 = raw::normal<float>({2, 5, 3}, gen);
+  std::vector<float> gradients[2];
+  for (const bool create_graph : {false, true}) {
+    Tape<float, counted> tape;
+    const CountedVar x = tape.variable(x0.to<counted>());
+    const CountedVar w = tape.constant(w0.to<counted>()), u = tape.constant(u0.to<counted>());
+    // sum_to's rule gives x a [2, 1, 3] gradient, unexpanded where the sweep
+    // records nothing; the products give it two [2, 5, 3] ones.
+    const CountedVar loss =
+        sum(mul(sum_to(x, Shape{2, 1, 3}), w)) + sum(mul(x, u)) + sum(mul(square(x), u));
+    counted::reset();
+    const auto g =
+        grad(loss, std::span<const CountedVar>(&x, 1), {.create_graph = create_graph})[0];
+    const KernelCalls calls = counted::calls();
+    if (!create_graph) {
+      CHECK(calls["add_n"] == 1);
+      CHECK(calls["binary add"] == 0);
+    }
+    gradients[create_graph] = g.value().to<cpu>().to_vector();
+  }
+  // The recording sweep adds them with broadcasting adds: the same bits.
+  CHECK(gradients[0] == gradients[1]);
 }
 
 TEST_CASE("add_n negates the summands it is told to with the bits of negating them first",

@@ -151,21 +151,22 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     // A value's gradients are added in the order they arrive. A sweep that
     // records (create_graph) adds each as it comes; one that does not holds
     // up to the backend's gradients_per_add and adds them with one add_n (the
-    // chain's bits) when they fill it or the gradient is read.
+    // chain's bits) when they fill it or the gradient is read, broadcast ones
+    // (a bias's [tasks, 1, n] beside [tasks, points, n]) included where they
+    // repeat along one run of axes.
     static_assert(B::gradients_per_add >= 2 && B::gradients_per_add <= SummandsLayout<T>::capacity);
     const int fold_at = options.create_graph ? 2 : B::gradients_per_add;
-    auto fold = [&](Summands& p, const Value* v) {
+    auto fold = [&](Summands& p) {
       if (p.count < 2) return;
       const auto parts =
           std::span<const Var<T, B>>(p.parts.data(), static_cast<std::size_t>(p.count));
       Var<T, B> sum = parts[0];
-      if (!options.create_graph &&
-          std::ranges::all_of(parts, [&](const auto& g) { return g.shape() == v->data.shape(); })) {
-        std::array<const Tensor<T, B>*, SummandsLayout<T>::capacity> values{};
-        for (std::size_t k = 0; k < parts.size(); ++k) values[k] = &parts[k].value();
+      std::array<const Tensor<T, B>*, SummandsLayout<T>::capacity> values{};
+      for (std::size_t k = 0; k < parts.size(); ++k) values[k] = &parts[k].value();
+      const auto summands = std::span<const Tensor<T, B>* const>(values.data(), parts.size());
+      if (!options.create_graph && raw::add_n_takes(summands)) {
         sum = tape.constant(
-            raw::add_n(std::span<const Tensor<T, B>* const>(values.data(), parts.size()),
-                       std::span<const bool>(p.negated.data(), parts.size())));
+            raw::add_n(summands, std::span<const bool>(p.negated.data(), parts.size())));
       } else {
         if (p.negated[0]) sum = neg(sum);
         for (std::size_t k = 1; k < parts.size(); ++k) {
@@ -191,7 +192,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       if (auto* h = held(g)) ++*h;
       p.negated[static_cast<std::size_t>(p.count)] = negated;
       p.parts[static_cast<std::size_t>(p.count++)] = std::move(g);
-      if (p.count == fold_at) fold(p, v);
+      if (p.count == fold_at) fold(p);
     };
     auto accumulate_uniform = [&](const Value* v, T u) {
       Summands& p = grads[slot(v)];
@@ -210,7 +211,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     auto gradient = [&](const Value* v) -> Gradient {
       Summands& p = grads[slot(v)];
       if (p.uniform) return {Var<T, B>(), false, p.uniform};
-      fold(p, v);
+      fold(p);
       return {p.count ? p.parts[0] : Var<T, B>(), p.count && p.negated[0], std::nullopt};
     };
     std::vector<char> wanted(span, 0);  // slots read after the sweep

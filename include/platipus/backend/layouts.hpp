@@ -164,13 +164,17 @@ struct MulLayout {
 // contiguous elements, x[k] negated where negate[k]: the gradients one value
 // receives, summed by one call (autodiff/grad.hpp) with the bits of negating
 // and adding them one by one (a - b is a + (-b) to the bit, signed zeros
-// included).
+// included). Where repeat[k] > 1, x[k] is broadcast along one run of y's
+// axes: y viewed as [outer, repeat[k], inner[k]] adds x[k] viewed as
+// [outer, inner[k]] (a bias's gradient [tasks, 1, n] beside [tasks, points,
+// n] ones, as a broadcasting add would).
 template <class T>
 struct SummandsLayout {
   static constexpr int capacity = 3;
   int count = 0;
   std::array<const T*, capacity> x{};
   std::array<bool, capacity> negate{};
+  std::array<std::int64_t, capacity> repeat{1, 1, 1}, inner{1, 1, 1};
   T* y = nullptr;
   std::int64_t n = 0;
 };

@@ -3,6 +3,8 @@
 // axpy and unary maps over lists of tensors.
 #pragma once
 
+#include <algorithm>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -278,9 +280,50 @@ std::vector<Tensor<T, B>> foreach_sum_to(const std::vector<const Tensor<T, B>*>&
                             [copies](const PiecesLayout<T>& l) { B::foreach_sum_to(l, copies); });
 }
 
-// ±x[0] ± x[1] ± ... in that order, all of one shape, in one backend call
-// (2 to SummandsLayout's capacity of summands): x[k] enters negated where
-// negate[k] (none when negate is empty), with the bits of negating it first.
+// How x broadcast to `out` repeats: out viewed as [outer, repeat, inner]
+// and x as [outer, inner], where the axes on which x has 1 and out more
+// (leading axes x lacks included) form one run; repeat 1 where x has out's
+// shape; nullopt where x broadcasts to out otherwise, or not at all.
+struct Repetition {
+  std::int64_t repeat = 1, inner = 1;
+};
+inline std::optional<Repetition> repetition_over(const Shape& x, const Shape& out) {
+  if (x.rank() > out.rank()) return std::nullopt;
+  const int lead = out.rank() - x.rank();
+  int first = out.rank(), last = -1;  // the run's first and last axes
+  for (int a = 0; a < out.rank(); ++a) {
+    const std::int64_t d = a < lead ? 1 : x[a - lead];
+    if (d == out[a]) continue;
+    if (d != 1) return std::nullopt;
+    first = std::min(first, a);
+    last = a;
+  }
+  Repetition r;
+  for (int a = first; a <= last; ++a) {
+    if ((a < lead ? 1 : x[a - lead]) != 1) return std::nullopt;  // the run is broken
+    r.repeat *= out[a];
+  }
+  for (int a = last + 1; a < out.rank() && last >= 0; ++a) r.inner *= out[a];
+  return r;
+}
+
+// Whether add_n takes these summands, whose shapes broadcast: each of their
+// broadcast shape or repeating over it along one run of axes
+// (repetition_over).
+template <class T, class B>
+bool add_n_takes(std::span<const Tensor<T, B>* const> x) {
+  if (x.empty()) return false;
+  Shape out = x[0]->shape();
+  for (const auto* xi : x) out = broadcast_shapes(out, xi->shape(), "add_n");
+  return std::ranges::all_of(
+      x, [&](const auto* xi) { return repetition_over(xi->shape(), out).has_value(); });
+}
+
+// ±x[0] ± x[1] ± ... in that order, in one backend call (2 to
+// SummandsLayout's capacity of summands), of the summands' broadcast shape:
+// x[k] enters negated where negate[k] (none when negate is empty), with the
+// bits of negating it first, and repeated where it broadcasts along one run
+// of axes, with the bits of a broadcasting add.
 template <class T, class B>
 Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool> negate = {}) {
   constexpr auto capacity = static_cast<std::size_t>(SummandsLayout<T>::capacity);
@@ -288,17 +331,21 @@ Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool>
         x.size(), capacity);
   check(negate.empty() || negate.size() == x.size(), "add_n",
         "{} negate flags given for {} summands", negate.size(), x.size());
-  for (std::size_t i = 1; i < x.size(); ++i)
-    check(x[i]->shape() == x[0]->shape(), "add_n", "summand {} is {}, summand 0 {}", i,
-          x[i]->shape(), x[0]->shape());
-  Tensor<T, B> y(x[0]->shape());
-  if (y.numel() == 0) return y;
+  Shape out = x[0]->shape();
+  for (std::size_t i = 1; i < x.size(); ++i) out = broadcast_shapes(out, x[i]->shape(), "add_n");
+  Tensor<T, B> y(out);
   SummandsLayout<T> l{.count = static_cast<int>(x.size()), .y = y.data(), .n = y.numel()};
   for (std::size_t i = 0; i < x.size(); ++i) {
+    const auto r = repetition_over(x[i]->shape(), out);
+    check(r.has_value(), "add_n",
+          "summand {} is {}, which repeats over {} along more than one run of axes", i,
+          x[i]->shape(), out);
     l.x[i] = x[i]->data();
     l.negate[i] = !negate.empty() && negate[i];
+    l.repeat[i] = r->repeat;
+    l.inner[i] = r->inner;
   }
-  B::add_n(l);
+  if (y.numel() > 0) B::add_n(l);
   return y;
 }
 

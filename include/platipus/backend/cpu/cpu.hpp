@@ -133,14 +133,21 @@ struct cpu {
   }
   template <class T>
   static void add_n(const SummandsLayout<T>& l) {
-    if (l.negate[0]) unary(UnaryOp::neg, l.x[0], l.y, l.n, T(0));
-    const T* sum = l.negate[0] ? l.y : l.x[0];
+    const T* sum = l.x[0];  // in y first where negated or repeated
+    if (l.negate[0] || l.repeat[0] > 1) {
+      const T* x = l.x[0];
+      if (l.negate[0])
+        for_summand(l, 0, [&](std::int64_t i, std::int64_t j) { l.y[i] = -x[j]; });
+      else
+        for_summand(l, 0, [&](std::int64_t i, std::int64_t j) { l.y[i] = x[j]; });
+      sum = l.y;
+    }
     for (std::size_t k = 1; k < static_cast<std::size_t>(l.count); ++k, sum = l.y) {
       const T* x = l.x[k];
       if (l.negate[k])
-        for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = sum[i] - x[i];
+        for_summand(l, k, [&](std::int64_t i, std::int64_t j) { l.y[i] = sum[i] - x[j]; });
       else
-        for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = sum[i] + x[i];
+        for_summand(l, k, [&](std::int64_t i, std::int64_t j) { l.y[i] = sum[i] + x[j]; });
     }
   }
   template <class T>
@@ -361,6 +368,19 @@ struct cpu {
   }
 
  private:
+  // f(i, j) for each element i of add_n's y and the element j of summand k
+  // that it adds.
+  template <class T, class F>
+  static void for_summand(const SummandsLayout<T>& l, std::size_t k, F f) {
+    const std::int64_t repeat = l.repeat[k], inner = l.inner[k];
+    if (repeat == 1) {
+      for (std::int64_t i = 0; i < l.n; ++i) f(i, i);
+      return;
+    }
+    for (std::int64_t i = 0, o = 0; i < l.n; o += inner)
+      for (std::int64_t r = 0; r < repeat; ++r)
+        for (std::int64_t j = 0; j < inner; ++j) f(i++, o + j);
+  }
   // y = r g over n elements, r's rn values repeated along them; -(r g) where
   // Negated, in the same pass as (-r) g, which has its bits.
   template <bool Negated = false, class T>

@@ -111,18 +111,27 @@ __global__ void axpy_kernel(const T* a, const T* b, T* y, std::int64_t n, T s) {
   for (std::int64_t i = thread_index(); i < n; i += thread_count()) y[i] = a[i] + s * b[i];
 }
 
-// Foreach kernels: blockIdx.y picks the piece, a grid-stride loop along x
-// covers its elements.
+// add_n's summand k at y's element i: y as [outer, repeat, inner], x[k] as
+// [outer, inner].
+template <class T>
+__device__ T summand(const SummandsLayout<T>& l, std::size_t k, std::int64_t i) {
+  if (l.repeat[k] == 1) return l.x[k][i];
+  const std::int64_t inner = l.inner[k];
+  return l.x[k][i / (l.repeat[k] * inner) * inner + i % inner];
+}
+
 template <class T>
 __global__ void add_n_kernel(SummandsLayout<T> l) {
   for (std::int64_t i = thread_index(); i < l.n; i += thread_count()) {
-    T s = l.negate[0] ? -l.x[0][i] : l.x[0][i];
+    T s = l.negate[0] ? -summand(l, 0, i) : summand(l, 0, i);
     for (std::size_t k = 1; k < static_cast<std::size_t>(l.count); ++k)
-      s = l.negate[k] ? s - l.x[k][i] : s + l.x[k][i];
+      s = l.negate[k] ? s - summand(l, k, i) : s + summand(l, k, i);
     l.y[i] = s;
   }
 }
 
+// Foreach kernels: blockIdx.y picks the piece, a grid-stride loop along x
+// covers its elements.
 template <class T>
 __global__ void foreach_axpy_kernel(PiecesLayout<T> l, T s) {
   const int p = static_cast<int>(blockIdx.y);
