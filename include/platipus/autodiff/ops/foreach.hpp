@@ -212,11 +212,11 @@ std::vector<Var<T, B>> foreach_add_mul(std::span<const Var<T, B>> a, std::span<c
 
 // exp(s x_i) for every i, as exp_scaled on each, with one op and one
 // backend call: the standard deviations exp(log v / 2) of PLATIPUS's draws
-// (Algorithm 1, steps 2 and 6) over all pieces, where an exp_scaled per
-// piece was a node and a kernel each (issue 38). The rule is exp_scaled's on
-// each piece; where the sweep records nothing, its products h_i y_i are one
-// foreach_mul call and their scaling one foreach_map call for all pieces,
-// with the bits of the mul and scale per piece.
+// (Algorithm 1, steps 2 and 6) and the KL's exps over all pieces, where an
+// exp_scaled per piece was a node and a kernel each (issue 38). The rule is
+// exp_scaled's on each piece; where the sweep records nothing, its products
+// h_i y_i are one foreach_mul call and their scaling one foreach_map call
+// for all pieces, with the bits of the mul and scale per piece.
 template <class T, class B>
 std::vector<Var<T, B>> foreach_exp_scaled(std::span<const Var<T, B>> x, T s) {
   check(!x.empty(), "foreach_exp_scaled", "no tensors given");
