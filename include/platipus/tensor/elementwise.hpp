@@ -155,17 +155,41 @@ std::vector<Tensor<T, B>> foreach_axpy(const std::vector<const Tensor<T, B>*>& a
                             [s](const PiecesLayout<T>& l) { B::foreach_axpy(l, s); });
 }
 
+// How x broadcast to `out` repeats: out viewed as [outer, repeat, inner]
+// and x as [outer, inner], where the axes on which x has 1 and out more
+// (leading axes x lacks included) form one run; repeat 1 where x has out's
+// shape; nullopt where x broadcasts to out otherwise, or not at all.
+struct Repetition {
+  std::int64_t repeat = 1, inner = 1;
+};
+inline std::optional<Repetition> repetition_over(const Shape& x, const Shape& out) {
+  if (x.rank() > out.rank()) return std::nullopt;
+  const int lead = out.rank() - x.rank();
+  int first = out.rank(), last = -1;  // the run's first and last axes
+  for (int a = 0; a < out.rank(); ++a) {
+    const std::int64_t d = a < lead ? 1 : x[a - lead];
+    if (d == out[a]) continue;
+    if (d != 1) return std::nullopt;
+    first = std::min(first, a);
+    last = a;
+  }
+  Repetition r;
+  for (int a = first; a <= last; ++a) {
+    if ((a < lead ? 1 : x[a - lead]) != 1) return std::nullopt;  // the run is broken
+    r.repeat *= out[a];
+  }
+  for (int a = last + 1; a < out.rank() && last >= 0; ++a) r.inner *= out[a];
+  return r;
+}
+
 // Whether r broadcast to a's shape is r's elements repeated along a's
 // leading axes: r's shape, its leading 1s dropped, ends a's (a per-parameter
-// rate shared by the tasks, or one rate for the piece).
+// rate shared by the tasks, or one rate for the piece); that is, r repeats
+// over a (repetition_over) with nothing outside the run before it.
 inline bool repeats_along_leading_axes(const Shape& r, const Shape& a) {
-  if (r.rank() > a.rank()) return false;
-  int k = 0;
-  while (k < r.rank() && r[k] == 1) ++k;
-  const int m = r.rank() - k;  // m <= a.rank()
-  for (int j = 0; j < m; ++j)
-    if (r[k + j] != a[a.rank() - m + j]) return false;
-  return true;
+  const auto repetition = repetition_over(r, a);
+  return repetition &&
+         (repetition->repeat == 1 || repetition->repeat * repetition->inner == a.numel());
 }
 
 // a_i - r_i * g_i for every i, or a_i + r_i * g_i where `add` (a_i and g_i
@@ -278,33 +302,6 @@ std::vector<Tensor<T, B>> foreach_sum_to(const std::vector<const Tensor<T, B>*>&
   };
   return detail::map_pieces(x, {}, summed,
                             [copies](const PiecesLayout<T>& l) { B::foreach_sum_to(l, copies); });
-}
-
-// How x broadcast to `out` repeats: out viewed as [outer, repeat, inner]
-// and x as [outer, inner], where the axes on which x has 1 and out more
-// (leading axes x lacks included) form one run; repeat 1 where x has out's
-// shape; nullopt where x broadcasts to out otherwise, or not at all.
-struct Repetition {
-  std::int64_t repeat = 1, inner = 1;
-};
-inline std::optional<Repetition> repetition_over(const Shape& x, const Shape& out) {
-  if (x.rank() > out.rank()) return std::nullopt;
-  const int lead = out.rank() - x.rank();
-  int first = out.rank(), last = -1;  // the run's first and last axes
-  for (int a = 0; a < out.rank(); ++a) {
-    const std::int64_t d = a < lead ? 1 : x[a - lead];
-    if (d == out[a]) continue;
-    if (d != 1) return std::nullopt;
-    first = std::min(first, a);
-    last = a;
-  }
-  Repetition r;
-  for (int a = first; a <= last; ++a) {
-    if ((a < lead ? 1 : x[a - lead]) != 1) return std::nullopt;  // the run is broken
-    r.repeat *= out[a];
-  }
-  for (int a = last + 1; a < out.rank() && last >= 0; ++a) r.inner *= out[a];
-  return r;
 }
 
 // Whether add_n takes these summands, whose shapes broadcast: each of their
