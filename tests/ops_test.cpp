@@ -530,13 +530,20 @@ TEST_CASE("add_n adds its summands in order, with the bits of a chain of adds", 
                     Contains("add_n") && Contains("shapes [4, 33] and [4, 32] do not broadcast"));
 }
 
-TEST_CASE("add_n adds summands that repeat along one run of axes, with a broadcasting add's bits",
-          "[ops]") {
+TEST_CASE(
+    "add_n adds summands that repeat along up to two runs of axes, with a broadcasting "
+    "add's bits",
+    "[ops]") {
   Generator gen(91);
-  const auto full = raw::normal<float>({2, 5, 3}, gen), other = raw::normal<float>({2, 5, 3}, gen);
-  // Repeated along the middle axis, the leading ones (a missing axis too),
-  // the last one, and the first two axes (a run of two).
-  const std::vector<Shape> shapes{{2, 1, 3}, {1, 1, 3}, {3}, {2, 5, 1}, {1, 1, 3}};
+  const auto full = raw::normal<float>({2, 5, 3, 4}, gen),
+             other = raw::normal<float>({2, 5, 3, 4}, gen);
+  // One run: along axis 1, the leading two (also missing), the last one,
+  // all of them. Two runs: axes 1 and 3 (a per-channel gradient beside
+  // conv4's [tasks, n, c, h, w]), axes 0-1 (missing) and 3, axes 0 (missing
+  // or not) and 2, axes 0 (not missing or missing) and 2-3.
+  const std::vector<Shape> shapes{{2, 1, 3, 4}, {1, 1, 3, 4}, {3, 4},   {2, 5, 3, 1},
+                                  {1},          {2, 1, 3, 1}, {3, 1},   {5, 1, 4},
+                                  {1, 5, 1, 4}, {1, 5, 1, 1}, {5, 1, 1}};
   for (const Shape& shape : shapes) {
     const auto part = raw::map(UnaryOp::scale, raw::normal<float>(shape, gen), 1e4f);
     for (int order = 0; order < 3; ++order) {
@@ -561,20 +568,48 @@ TEST_CASE("add_n adds summands that repeat along one run of axes, with a broadca
   const auto small_sum = raw::add_n(std::span<const Tensor<float>* const>(small));
   CHECK(small_sum.shape() == Shape{2, 1, 3});
   CHECK(small_sum.to_vector() == raw::map(BinaryOp::add, row, column, "add").to_vector());
-  // Repeated along two runs (axes 1 and 3): a broadcasting add's, not add_n's.
-  const auto wide = raw::normal<float>({2, 5, 3, 4}, gen),
-             split = raw::normal<float>({2, 1, 3, 1}, gen);
-  const std::vector<const Tensor<float>*> two_runs{&wide, &split};
-  CHECK_FALSE(raw::add_n_takes(std::span<const Tensor<float>* const>(two_runs)));
-  CHECK_THROWS_WITH(raw::add_n(std::span<const Tensor<float>* const>(two_runs)),
-                    Contains("summand 1 is [2, 1, 3, 1], which repeats over [2, 5, 3, 4] along "
-                             "more than one run of axes"));
-  CHECK(raw::repetition_over({2, 1, 3}, {2, 5, 3})->repeat == 5);
-  CHECK(raw::repetition_over({2, 1, 3}, {2, 5, 3})->inner == 3);
-  CHECK(raw::repetition_over({3}, {2, 5, 3})->repeat == 10);
-  CHECK(raw::repetition_over({2, 5, 3}, {2, 5, 3})->repeat == 1);
+  // Repeated along three runs (axes 0, 2 and 4): a broadcasting add's, not add_n's.
+  const auto wide = raw::normal<float>({2, 5, 3, 4, 2}, gen),
+             split = raw::normal<float>({1, 5, 1, 4, 1}, gen);
+  const std::vector<const Tensor<float>*> three_runs{&wide, &split};
+  CHECK_FALSE(raw::add_n_takes(std::span<const Tensor<float>* const>(three_runs)));
+  CHECK_THROWS_WITH(raw::add_n(std::span<const Tensor<float>* const>(three_runs)),
+                    Contains("summand 1 is [1, 5, 1, 4, 1], which repeats over [2, 5, 3, 4, 2] "
+                             "along more than two runs of axes"));
+  const auto repetition = [](const Shape& x, const Shape& out) {
+    const auto r = raw::repetition_over(x, out);
+    REQUIRE(r.has_value());
+    return std::array{r->outer_repeat, r->middle, r->inner_repeat, r->inner};
+  };
+  CHECK(repetition({2, 1, 3}, {2, 5, 3}) == std::array<std::int64_t, 4>{1, 1, 5, 3});
+  CHECK(repetition({3}, {2, 5, 3}) == std::array<std::int64_t, 4>{1, 1, 10, 3});
+  CHECK(repetition({2, 5, 3}, {2, 5, 3}) == std::array<std::int64_t, 4>{1, 1, 1, 1});
+  CHECK(repetition({4, 1, 6, 1, 1}, {4, 5, 6, 7, 7}) == std::array<std::int64_t, 4>{5, 6, 49, 1});
+  CHECK(repetition({5, 1, 2}, {3, 1, 5, 4, 2}) == std::array<std::int64_t, 4>{3, 5, 4, 2});
+  // An axis of extent 1 inside a run leaves it one run.
+  CHECK(repetition({2, 1, 1, 1, 3}, {2, 4, 1, 5, 3}) == std::array<std::int64_t, 4>{1, 1, 20, 3});
   CHECK_FALSE(raw::repetition_over({2, 2, 3}, {2, 5, 3}).has_value());
   CHECK_FALSE(raw::repetition_over({1, 2, 5, 3}, {2, 5, 3}).has_value());
+  CHECK_FALSE(raw::repetition_over({1, 5, 1, 4, 1}, {2, 5, 3, 4, 2}).has_value());
+  // Repetition::source (the CUDA kernel's index) is the broadcast's: the
+  // element's index along each axis, 0 where the summand has 1.
+  const Shape& out = full.shape();
+  for (const Shape& shape : shapes) {
+    const auto r = raw::repetition_over(shape, out);
+    REQUIRE(r.has_value());
+    INFO("summand " << fmt::format("{}", shape));
+    for (std::int64_t i = 0; i < out.numel(); ++i) {
+      std::int64_t rest = i, j = 0, stride = 1;
+      for (int a = out.rank() - 1, xa = shape.rank() - 1; a >= 0; --a, --xa) {
+        const std::int64_t at = rest % out[a];
+        rest /= out[a];
+        if (xa < 0) continue;
+        j += (shape[xa] == 1 ? 0 : at) * stride;
+        stride *= shape[xa];
+      }
+      REQUIRE(r->source(i) == j);
+    }
+  }
 }
 
 TEST_CASE("a sweep adds a value's broadcast gradient and its others with one add_n, same bits",
@@ -582,29 +617,35 @@ TEST_CASE("a sweep adds a value's broadcast gradient and its others with one add
   using counted = CountingBackend<cpu>;
   using CountedVar = Var<float, counted>;
   Generator gen(92);
-  const auto x0 = raw::normal<float>({2, 5, 3}, gen), w0 = raw::normal<float>({2, 1, 3}, gen),
-             u0 = raw::normal<float>({2, 5, 3}, gen);
-  std::vector<float> gradients[2];
-  for (const bool create_graph : {false, true}) {
-    Tape<float, counted> tape;
-    const CountedVar x = tape.variable(x0.to<counted>());
-    const CountedVar w = tape.constant(w0.to<counted>()), u = tape.constant(u0.to<counted>());
-    // sum_to's rule gives x a [2, 1, 3] gradient, unexpanded where the sweep
-    // records nothing; the products give it two [2, 5, 3] ones.
-    const CountedVar loss =
-        sum(mul(sum_to(x, Shape{2, 1, 3}), w)) + sum(mul(x, u)) + sum(mul(square(x), u));
-    counted::reset();
-    const auto g =
-        grad(loss, std::span<const CountedVar>(&x, 1), {.create_graph = create_graph})[0];
-    const KernelCalls calls = counted::calls();
-    if (!create_graph) {
-      CHECK(calls["add_n"] == 1);
-      CHECK(calls["binary add"] == 0);
+  // A bias's gradient (one run of repeated axes), a per-channel one in
+  // conv4's [tasks, n, c, h, w] (two runs).
+  for (const auto& [shape, part] : {std::pair{Shape{2, 5, 3}, Shape{2, 1, 3}},
+                                    std::pair{Shape{2, 5, 3, 2, 2}, Shape{2, 1, 3, 1, 1}}}) {
+    INFO(fmt::format("a {} gradient of a {} value", part, shape));
+    const auto x0 = raw::normal<float>(shape, gen), w0 = raw::normal<float>(part, gen),
+               u0 = raw::normal<float>(shape, gen);
+    std::vector<float> gradients[2];
+    for (const bool create_graph : {false, true}) {
+      Tape<float, counted> tape;
+      const CountedVar x = tape.variable(x0.to<counted>());
+      const CountedVar w = tape.constant(w0.to<counted>()), u = tape.constant(u0.to<counted>());
+      // sum_to's rule gives x a gradient of the part's shape, unexpanded
+      // where the sweep records nothing; the products give it two full ones.
+      const CountedVar loss =
+          sum(mul(sum_to(x, part), w)) + sum(mul(x, u)) + sum(mul(square(x), u));
+      counted::reset();
+      const auto g =
+          grad(loss, std::span<const CountedVar>(&x, 1), {.create_graph = create_graph})[0];
+      const KernelCalls calls = counted::calls();
+      if (!create_graph) {
+        CHECK(calls["add_n"] == 1);
+        CHECK(calls["binary add"] == 0);
+      }
+      gradients[create_graph] = g.value().to<cpu>().to_vector();
     }
-    gradients[create_graph] = g.value().to<cpu>().to_vector();
+    // The recording sweep adds them with broadcasting adds: the same bits.
+    CHECK(gradients[0] == gradients[1]);
   }
-  // The recording sweep adds them with broadcasting adds: the same bits.
-  CHECK(gradients[0] == gradients[1]);
 }
 
 TEST_CASE("add_n negates the summands it is told to with the bits of negating them first",

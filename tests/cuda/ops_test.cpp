@@ -47,6 +47,13 @@ TEMPLATE_TEST_CASE("arithmetic ops with broadcasting match the CPU backend", "[c
         },
         list(normal<T>({2, 4, 3}, 98), normal<T>({2, 1, 3}, 99)));
   }
+  SECTION("a value with a per-channel gradient among three (add_n repeating it along two runs)") {
+    check_op<T>(
+        [](auto x) {
+          return sum_to(x[0], Shape{2, 1, 3, 1, 1}) * x[1] + x[0] * exp(x[0]);
+        },
+        list(normal<T>({2, 4, 3, 2, 2}, 100), normal<T>({2, 1, 3, 1, 1}, 101)));
+  }
   SECTION("values with negated gradients (add_n negating in a sweep that records nothing)") {
     check_op<T>([](auto x) { return (x[0] * x[1] - x[0]) - x[1] * x[1] + -(x[0] / x[1]); },
                 list(normal<T>({2, 3}, 94), positive<T>({2, 3}, 95)));

@@ -153,7 +153,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     // up to the backend's gradients_per_add and adds them with one add_n (the
     // chain's bits) when they fill it or the gradient is read, broadcast ones
     // (a bias's [tasks, 1, n] beside [tasks, points, n]) included where they
-    // repeat along one run of axes.
+    // repeat along at most two runs of axes.
     static_assert(B::gradients_per_add >= 2 && B::gradients_per_add <= SummandsLayout<T>::capacity);
     const int fold_at = options.create_graph ? 2 : B::gradients_per_add;
     auto fold = [&](Summands& p) {

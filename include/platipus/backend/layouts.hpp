@@ -160,21 +160,36 @@ struct MulLayout {
   std::array<bool, capacity> negate{};
 };
 
+// How a tensor broadcast to a larger shape repeats along at most two runs
+// of its axes: the larger viewed as [outer, outer_repeat, middle,
+// inner_repeat, inner] and the tensor as [outer, middle, inner]. Both
+// repeats 1: the tensor has the larger shape.
+struct Repetition {
+  std::int64_t outer_repeat = 1, middle = 1, inner_repeat = 1, inner = 1;
+  PLATIPUS_HD bool none() const { return outer_repeat == 1 && inner_repeat == 1; }
+  // The tensor's element at the larger one's element i.
+  PLATIPUS_HD std::int64_t source(std::int64_t i) const {
+    if (none()) return i;
+    const std::int64_t rest = i / (inner_repeat * inner) * inner + i % inner;  // inner run dropped
+    const std::int64_t block = middle * inner;
+    return rest / (outer_repeat * block) * block + rest % block;
+  }
+};
+
 // y = ±x[0] ± x[1] ± ... ± x[count - 1], added in that order, over n
 // contiguous elements, x[k] negated where negate[k]: the gradients one value
 // receives, summed by one call (autodiff/grad.hpp) with the bits of negating
 // and adding them one by one (a - b is a + (-b) to the bit, signed zeros
-// included). Where repeat[k] > 1, x[k] is broadcast along one run of y's
-// axes: y viewed as [outer, repeat[k], inner[k]] adds x[k] viewed as
-// [outer, inner[k]] (a bias's gradient [tasks, 1, n] beside [tasks, points,
-// n] ones, as a broadcasting add would).
+// included). x[k] may repeat over y (repetition[k]), as a broadcasting add
+// would repeat it: a bias's gradient [tasks, 1, n] beside [tasks, points, n]
+// ones, a per-channel one [tasks, 1, c, 1, 1] beside [tasks, n, c, h, w].
 template <class T>
 struct SummandsLayout {
   static constexpr int capacity = 3;
   int count = 0;
   std::array<const T*, capacity> x{};
   std::array<bool, capacity> negate{};
-  std::array<std::int64_t, capacity> repeat{1, 1, 1}, inner{1, 1, 1};
+  std::array<Repetition, capacity> repetition{};
   T* y = nullptr;
   std::int64_t n = 0;
 };

@@ -155,41 +155,45 @@ std::vector<Tensor<T, B>> foreach_axpy(const std::vector<const Tensor<T, B>*>& a
                             [s](const PiecesLayout<T>& l) { B::foreach_axpy(l, s); });
 }
 
-// How x broadcast to `out` repeats: out viewed as [outer, repeat, inner]
-// and x as [outer, inner], where the axes on which x has 1 and out more
-// (leading axes x lacks included) form one run; repeat 1 where x has out's
-// shape; nullopt where x broadcasts to out otherwise, or not at all.
-struct Repetition {
-  std::int64_t repeat = 1, inner = 1;
-};
+// How x broadcast to `out` repeats (Repetition): the axes on which x has 1
+// and out more (leading axes x lacks included) form at most two runs, axes
+// of extent 1 in out joining either; all repeats 1 where x has out's shape;
+// nullopt where x broadcasts to out otherwise, or not at all.
 inline std::optional<Repetition> repetition_over(const Shape& x, const Shape& out) {
   if (x.rank() > out.rank()) return std::nullopt;
   const int lead = out.rank() - x.rank();
-  int first = out.rank(), last = -1;  // the run's first and last axes
+  std::array<std::int64_t, 2> repeat{1, 1};   // the runs' extents, outer first
+  std::array<std::int64_t, 3> kept{1, 1, 1};  // out's extents before, between and after them
+  int runs = 0;
+  bool in_run = false;
   for (int a = 0; a < out.rank(); ++a) {
     const std::int64_t d = a < lead ? 1 : x[a - lead];
-    if (d == out[a]) continue;
-    if (d != 1) return std::nullopt;
-    first = std::min(first, a);
-    last = a;
+    if (out[a] == 1 && d == 1) continue;
+    if (d == out[a]) {
+      kept[runs] *= d;
+      in_run = false;
+    } else if (d != 1) {
+      return std::nullopt;
+    } else {
+      if (!in_run && runs == 2) return std::nullopt;
+      runs += in_run ? 0 : 1;
+      in_run = true;
+      repeat[runs - 1] *= out[a];
+    }
   }
-  Repetition r;
-  for (int a = first; a <= last; ++a) {
-    if ((a < lead ? 1 : x[a - lead]) != 1) return std::nullopt;  // the run is broken
-    r.repeat *= out[a];
-  }
-  for (int a = last + 1; a < out.rank() && last >= 0; ++a) r.inner *= out[a];
-  return r;
+  if (runs == 2) return Repetition{repeat[0], kept[1], repeat[1], kept[2]};
+  return Repetition{.inner_repeat = repeat[0], .inner = kept[1]};
 }
 
 // Whether r broadcast to a's shape is r's elements repeated along a's
 // leading axes: r's shape, its leading 1s dropped, ends a's (a per-parameter
 // rate shared by the tasks, or one rate for the piece); that is, r repeats
-// over a (repetition_over) with nothing outside the run before it.
+// over a (repetition_over) along one run with nothing outside it before it.
 inline bool repeats_along_leading_axes(const Shape& r, const Shape& a) {
   const auto repetition = repetition_over(r, a);
   return repetition &&
-         (repetition->repeat == 1 || repetition->repeat * repetition->inner == a.numel());
+         (repetition->none() || (repetition->outer_repeat == 1 &&
+                                 repetition->inner_repeat * repetition->inner == a.numel()));
 }
 
 // a_i - r_i * g_i for every i, or a_i + r_i * g_i where `add` (a_i and g_i
@@ -305,7 +309,7 @@ std::vector<Tensor<T, B>> foreach_sum_to(const std::vector<const Tensor<T, B>*>&
 }
 
 // Whether add_n takes these summands, whose shapes broadcast: each of their
-// broadcast shape or repeating over it along one run of axes
+// broadcast shape or repeating over it along at most two runs of axes
 // (repetition_over).
 template <class T, class B>
 bool add_n_takes(std::span<const Tensor<T, B>* const> x) {
@@ -319,8 +323,8 @@ bool add_n_takes(std::span<const Tensor<T, B>* const> x) {
 // ±x[0] ± x[1] ± ... in that order, in one backend call (2 to
 // SummandsLayout's capacity of summands), of the summands' broadcast shape:
 // x[k] enters negated where negate[k] (none when negate is empty), with the
-// bits of negating it first, and repeated where it broadcasts along one run
-// of axes, with the bits of a broadcasting add.
+// bits of negating it first, and repeated where it broadcasts along at most
+// two runs of axes, with the bits of a broadcasting add.
 template <class T, class B>
 Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool> negate = {}) {
   constexpr auto capacity = static_cast<std::size_t>(SummandsLayout<T>::capacity);
@@ -335,12 +339,11 @@ Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool>
   for (std::size_t i = 0; i < x.size(); ++i) {
     const auto r = repetition_over(x[i]->shape(), out);
     check(r.has_value(), "add_n",
-          "summand {} is {}, which repeats over {} along more than one run of axes", i,
+          "summand {} is {}, which repeats over {} along more than two runs of axes", i,
           x[i]->shape(), out);
     l.x[i] = x[i]->data();
     l.negate[i] = !negate.empty() && negate[i];
-    l.repeat[i] = r->repeat;
-    l.inner[i] = r->inner;
+    l.repetition[i] = *r;
   }
   if (y.numel() > 0) B::add_n(l);
   return y;

@@ -133,22 +133,17 @@ struct cpu {
   }
   template <class T>
   static void add_n(const SummandsLayout<T>& l) {
-    const T* sum = l.x[0];  // in y first where negated or repeated
-    if (l.negate[0] || l.repeat[0] > 1) {
-      const T* x = l.x[0];
-      if (l.negate[0])
-        for_summand(l, 0, [&](std::int64_t i, std::int64_t j) { l.y[i] = -x[j]; });
-      else
-        for_summand(l, 0, [&](std::int64_t i, std::int64_t j) { l.y[i] = x[j]; });
+    std::size_t k = 1;
+    const T* sum = l.x[0];
+    if (l.negate[0] || !l.repetition[0].none()) {
+      // x[1] ± x[0] in one pass where x[1] is plain (a + b is b + a, and
+      // b - a is b + (-a), to the bit); else ±x[0] in y first.
+      const bool plain = !l.negate[1] && l.repetition[1].none();
+      add_summand(l, 0, plain ? l.x[1] : nullptr);
+      k = plain ? 2 : 1;
       sum = l.y;
     }
-    for (std::size_t k = 1; k < static_cast<std::size_t>(l.count); ++k, sum = l.y) {
-      const T* x = l.x[k];
-      if (l.negate[k])
-        for_summand(l, k, [&](std::int64_t i, std::int64_t j) { l.y[i] = sum[i] - x[j]; });
-      else
-        for_summand(l, k, [&](std::int64_t i, std::int64_t j) { l.y[i] = sum[i] + x[j]; });
-    }
+    for (; k < static_cast<std::size_t>(l.count); ++k, sum = l.y) add_summand(l, k, sum);
   }
   template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
@@ -368,18 +363,50 @@ struct cpu {
   }
 
  private:
-  // f(i, j) for each element i of add_n's y and the element j of summand k
-  // that it adds.
+  // add_n's y = base ± x[k], or ±x[k] where base is null, in one pass.
+  template <class T>
+  static void add_summand(const SummandsLayout<T>& l, std::size_t k, const T* base) {
+    T* y = l.y;
+    const bool negate = l.negate[k];
+    for_summand(l, k, [&](std::int64_t i, std::int64_t n, const T* x, auto step) {
+      const T repeated = *x;  // read once, so that the loops vectorise
+      const auto at = [&](std::int64_t t) {
+        if constexpr (step() == 1) return x[t];
+        return repeated;
+      };
+      if (!base && negate)
+        for (std::int64_t t = 0; t < n; ++t) y[i + t] = -at(t);
+      else if (!base)
+        for (std::int64_t t = 0; t < n; ++t) y[i + t] = at(t);
+      else if (negate)
+        for (std::int64_t t = 0; t < n; ++t) y[i + t] = base[i + t] - at(t);
+      else
+        for (std::int64_t t = 0; t < n; ++t) y[i + t] = base[i + t] + at(t);
+    });
+  }
+  // f(i, n, x, step) over the stretches of add_n's y that summand k adds to
+  // in order: y[i], ..., y[i + n - 1] take x[0], x[step], ..., step 1 (a
+  // contiguous stretch) or 0 (one element repeated), a compile-time
+  // constant (std::integral_constant).
   template <class T, class F>
   static void for_summand(const SummandsLayout<T>& l, std::size_t k, F f) {
-    const std::int64_t repeat = l.repeat[k], inner = l.inner[k];
-    if (repeat == 1) {
-      for (std::int64_t i = 0; i < l.n; ++i) f(i, i);
-      return;
-    }
-    for (std::int64_t i = 0, o = 0; i < l.n; o += inner)
-      for (std::int64_t r = 0; r < repeat; ++r)
-        for (std::int64_t j = 0; j < inner; ++j) f(i++, o + j);
+    constexpr std::integral_constant<std::int64_t, 1> contiguous;
+    constexpr std::integral_constant<std::int64_t, 0> repeated;
+    const Repetition& r = l.repetition[k];
+    const T* x = l.x[k];
+    if (r.none()) return f(0, l.n, x, contiguous);
+    const std::int64_t block = r.middle * r.inner;  // x's elements per outer index
+    for (std::int64_t i = 0, o = 0; i < l.n; o += block)
+      for (std::int64_t a = 0; a < r.outer_repeat; ++a)
+        for (std::int64_t m = o; m < o + block; m += r.inner) {
+          if (r.inner == 1) {
+            f(i, r.inner_repeat, x + m, repeated);
+            i += r.inner_repeat;
+          } else {
+            for (std::int64_t b = 0; b < r.inner_repeat; ++b, i += r.inner)
+              f(i, r.inner, x + m, contiguous);
+          }
+        }
   }
   // y = r g over n elements, r's rn values repeated along them; -(r g) where
   // Negated, in the same pass as (-r) g, which has its bits.

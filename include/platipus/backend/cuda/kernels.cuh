@@ -111,13 +111,10 @@ __global__ void axpy_kernel(const T* a, const T* b, T* y, std::int64_t n, T s) {
   for (std::int64_t i = thread_index(); i < n; i += thread_count()) y[i] = a[i] + s * b[i];
 }
 
-// add_n's summand k at y's element i: y as [outer, repeat, inner], x[k] as
-// [outer, inner].
+// add_n's summand k at y's element i.
 template <class T>
 __device__ T summand(const SummandsLayout<T>& l, std::size_t k, std::int64_t i) {
-  if (l.repeat[k] == 1) return l.x[k][i];
-  const std::int64_t inner = l.inner[k];
-  return l.x[k][i / (l.repeat[k] * inner) * inner + i % inner];
+  return l.x[k][l.repetition[k].source(i)];
 }
 
 template <class T>
