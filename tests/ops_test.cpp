@@ -506,6 +506,65 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("mean is one reduce with the bits of a sum and then a scale, its derivatives too",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  Generator gen(93);
+  const auto x0 = raw::normal<float>({3, 7, 5}, gen), w0 = raw::normal<float>({3, 7, 5}, gen);
+  // Over the middle axis, the last two (a loss's points), all (kept or
+  // dropped), and none.
+  const std::vector<std::pair<std::vector<int>, bool>> cases{
+      {{1}, false}, {{1, 2}, false}, {{0, 1, 2}, true}, {{}, false}, {{-1}, true}};
+  const auto bits = [](const Tensor<float, counted>& t) {
+    std::vector<std::uint32_t> out;
+    for (const float v : t.to_vector()) out.push_back(std::bit_cast<std::uint32_t>(v));
+    return out;
+  };
+  for (const auto& [axes, keep_dims] : cases) {
+    std::string named = "axes";
+    for (const int axis : axes) named += fmt::format(" {}", axis);
+    INFO(named << (keep_dims ? ", kept" : ""));
+    std::int64_t count = 1;
+    for (const int axis : axes) count *= x0.shape()[x0.shape().normalize_axis(axis, "test")];
+    const auto summed = [&](const CountedVar& x) {
+      return scale(sum(x, std::span<const int>(axes), keep_dims), 1.f / static_cast<float>(count));
+    };
+    for (const bool create_graph : {false, true}) {
+      std::vector<std::uint32_t> results[2][3];  // fused, then sum and scale: y, dy/dx, d2
+      for (const bool fused : {true, false}) {
+        Tape<float, counted> tape;
+        const CountedVar x = tape.variable(x0.to<counted>()), w = tape.constant(w0.to<counted>());
+        counted::reset();
+        const CountedVar y = fused ? mean(x, std::span<const int>(axes), keep_dims) : summed(x);
+        if (fused && !axes.empty()) {
+          CHECK(counted::calls()["reduce mean"] == 1);
+          CHECK(counted::calls().total() == 1);
+        }
+        // Through a square, so that the second derivative reaches mean's rule again.
+        const CountedVar loss =
+            sum(mul(square(y), sum(mul(x, w), std::span<const int>(axes), keep_dims)));
+        const auto g =
+            grad(loss, std::span<const CountedVar>(&x, 1), {.create_graph = create_graph})[0];
+        results[fused][0] = bits(y.value());
+        results[fused][1] = bits(g.value());
+        if (create_graph) {
+          const auto h = grad(sum(mul(g, w)), std::span<const CountedVar>(&x, 1))[0];
+          results[fused][2] = bits(h.value());
+        }
+      }
+      for (int k = 0; k < 3; ++k) CHECK(results[true][k] == results[false][k]);
+    }
+  }
+  // Raw: its values against sum_to's scaled; the empty-axis error.
+  const auto raw_mean = raw::mean_to(x0, {3, 1, 5});
+  CHECK(raw_mean.to_vector() ==
+        raw::map(UnaryOp::scale, raw::sum_to(x0, {3, 1, 5}), 1.f / 7).to_vector());
+  CHECK_THROWS_WITH(raw::mean_to(Tensor<float>(Shape{3, 0}), {3, 1}),
+                    Contains("mean over an empty axis of [3, 0]"));
+  CHECK(raw::mean_to(Tensor<float>(Shape{0, 3}), {0, 1}).numel() == 0);
+}
+
 TEST_CASE("add_n adds its summands in order, with the bits of a chain of adds", "[ops]") {
   // Float summands of very different sizes, where another order would round
   // differently.
@@ -1096,6 +1155,13 @@ TEST_CASE("reductions and softmax pass first and second order checks", "[ops]") 
   SECTION("mean keeping dims") {
     check_derivatives([](auto x) { return x[0] * mean(x[0], {1}, true); },
                       list(normal({2, 3}, 43)));
+  }
+  SECTION("mean over axes and over all") {
+    check_derivatives(
+        [](auto x) {
+          return square(mean(x[0], {0, 2})) * mean(x[0] * x[0]);
+        },
+        list(normal({2, 3, 2}, 46)));
   }
   SECTION("logsumexp") {
     check_derivatives([](auto x) { return logsumexp(x[0], 1); }, list(normal({2, 4}, 44, 0, 3)));

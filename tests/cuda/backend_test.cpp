@@ -130,10 +130,9 @@ TEMPLATE_TEST_CASE("sum and max reductions match the CPU backend", "[cuda][backe
       {{6, 1, 4}, {6, 1, 1}}, {{3, 5000}, {3, 1}}, {{5000, 3}, {1, 3}},
       {{3000, 4}, {3000, 1}}, {{1}, {}},           {{2, 3, 4, 5, 6}, {3, 1, 5, 1}},
       {{70000}, {}}};
-  for (const auto op : {ReduceOp::sum, ReduceOp::max})
+  for (const auto op : {ReduceOp::sum, ReduceOp::max, ReduceOp::mean})
     for (const auto& [in, out] : cases) {
-      INFO((op == ReduceOp::sum ? "sum" : "max")
-           << " of " << in.to_string() << " to " << out.to_string());
+      INFO(op_name(op) << " of " << in.to_string() << " to " << out.to_string());
       const Tensor<T> x = normal<T>(in, 10);
       check_close(raw::reduce_to(op, x, out), raw::reduce_to(op, on_device(x), out), tolerance<T>,
                   "reduce");

@@ -44,7 +44,9 @@ enum class BinaryOp : std::uint8_t {
   relu_backward,  // a where b > 0, else 0: relu's gradient a routed by its input b
 };
 
-enum class ReduceOp : std::uint8_t { sum, max };
+// mean: the sum times 1 / n, n the inputs per output, with the bits of a
+// sum and then a scale (UnaryOp::scale) by 1 / n.
+enum class ReduceOp : std::uint8_t { sum, max, mean };
 
 namespace functors {
 
@@ -158,7 +160,7 @@ inline const char* op_name(BinaryOp op) {
   return visit_binary(op, [](auto f) { return decltype(f)::label; });
 }
 inline const char* op_name(ReduceOp op) {
-  return op == ReduceOp::sum ? "sum" : "max";
+  return op == ReduceOp::sum ? "sum" : op == ReduceOp::max ? "max" : "mean";
 }
 
 }  // namespace platipus

@@ -46,6 +46,7 @@ Tensor<T, B> reduce_to(ReduceOp op, const Tensor<T, B>& x, const Shape& shape) {
   Tensor<T, B> y(shape);
   if (y.numel() == 0) return y;
   if (x.numel() == 0) {
+    check(op != ReduceOp::mean, "mean", "mean over an empty axis of {}", x.shape());
     B::fill(y.data(), y.numel(), T(0));
     return y;
   }
@@ -56,6 +57,12 @@ Tensor<T, B> reduce_to(ReduceOp op, const Tensor<T, B>& x, const Shape& shape) {
 template <class T, class B>
 Tensor<T, B> sum_to(const Tensor<T, B>& x, const Shape& shape) {
   return reduce_to(ReduceOp::sum, x, shape);
+}
+
+// sum_to over the number of elements summed into each, in one call.
+template <class T, class B>
+Tensor<T, B> mean_to(const Tensor<T, B>& x, const Shape& shape) {
+  return reduce_to(ReduceOp::mean, x, shape);
 }
 
 // The shape of x with the given axes set to 1 (kept) — a reduction target.

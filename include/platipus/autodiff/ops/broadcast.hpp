@@ -12,6 +12,21 @@ namespace platipus {
 template <class T, class B>
 Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape);
 
+namespace detail {
+// A reduction's gradient g for its input of shape `to`, unexpanded: at to's
+// rank with the reduced axes of size 1 (a view). grad broadcasts it where it
+// lands, so that when it meets another gradient of the same value the sum
+// broadcasts it, and the expand's copy is only made for a value that
+// receives nothing else.
+template <class T, class B>
+Var<T, B> unexpanded(const Var<T, B>& g, const Shape& to) {
+  Shape kept;
+  for (int i = 0; i < to.rank() - g.rank(); ++i) kept.push_back(1);
+  for (auto d : g.shape().dims()) kept.push_back(d);
+  return reshape(g, kept);
+}
+}  // namespace detail
+
 // Broadcasts x to `shape` (NumPy rules); x itself when the shapes agree.
 template <class T, class B>
 Var<T, B> expand(const Var<T, B>& x, const Shape& shape) {
@@ -22,28 +37,18 @@ Var<T, B> expand(const Var<T, B>& x, const Shape& shape) {
 }
 
 // Sums x down to `shape`, which must broadcast to x's shape: the gradient of
-// a broadcast. x itself when the shapes agree.
-//
-// Its rule gives the gradient unexpanded, at x's rank with the summed axes of
-// size 1 (a view): grad broadcasts it where it lands, so that when it meets
-// another gradient of the same value the sum broadcasts it, and the expand's
-// copy is only made for a value that receives nothing else.
+// a broadcast. x itself when the shapes agree. Its rule gives the gradient
+// unexpanded (detail::unexpanded).
 template <class T, class B>
 Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   return record(
       "sum_to", {x}, raw::sum_to(x.value(), shape),
       [](Backward<T, B>& c) {
-        if (const auto u = c.uniform_grad()) {
+        if (const auto u = c.uniform_grad())
           c.set_uniform(0, *u);
-          return;
-        }
-        const Var<T, B> g = c.broadcast_grad();
-        const Shape& to = c.input(0).shape();
-        Shape kept;
-        for (int i = 0; i < to.rank() - g.rank(); ++i) kept.push_back(1);
-        for (auto d : g.shape().dims()) kept.push_back(d);
-        c.set(0, reshape(g, kept));
+        else
+          c.set(0, detail::unexpanded(c.broadcast_grad(), c.input(0).shape()));
       },
       saves_nothing);
 }

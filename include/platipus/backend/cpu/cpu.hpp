@@ -182,11 +182,15 @@ struct cpu {
   // ---- reductions ----
   template <class T>
   static void reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l) {
-    if (op == ReduceOp::sum) {
-      reduce_loop(x, y, l, T(0), [](T acc, T v) { return acc + v; });
-    } else {
+    if (op == ReduceOp::max) {
       reduce_loop(x, y, l, -std::numeric_limits<T>::infinity(),
                   [](T acc, T v) { return v > acc ? v : acc; });
+      return;
+    }
+    reduce_loop(x, y, l, T(0), [](T acc, T v) { return acc + v; });
+    if (op == ReduceOp::mean) {
+      const T s = T(1) / static_cast<T>(l.in_numel / l.out_numel);
+      for (std::int64_t i = 0; i < l.out_numel; ++i) y[i] = y[i] * s;
     }
   }
 

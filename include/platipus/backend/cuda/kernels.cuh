@@ -300,10 +300,12 @@ __device__ T group_combine(T value, Combine combine) {
   return value;
 }
 
-// out[o] = combine over the inputs of output o, by a group of Group threads
-// per output. `combine(value, acc)` is called in the CPU backend's order.
+// out[o] = combine over the inputs of output o, times `factor` (1 but for a
+// mean: exact), by a group of Group threads per output. `combine(value,
+// acc)` is called in the CPU backend's order.
 template <int Group, class T, class Combine>
-__global__ void reduce_kernel(Combine combine, T identity, const T* x, T* y, ReducePlan p) {
+__global__ void reduce_kernel(Combine combine, T identity, T factor, const T* x, T* y,
+                              ReducePlan p) {
   constexpr int groups_per_block = block_threads / Group;
   const int member = static_cast<int>(threadIdx.x) % Group;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
@@ -317,7 +319,7 @@ __global__ void reduce_kernel(Combine combine, T identity, const T* x, T* y, Red
                       offsets(j, p.reduced_rank, p.reduced_dims, p.reduced_in, p.reduced_in).first],
                     acc);
     acc = group_combine<Group>(acc, combine);
-    if (member == 0) y[base.second] = acc;
+    if (member == 0) y[base.second] = acc * factor;
   }
 }
 
@@ -698,19 +700,19 @@ void cuda::reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l) {
   // A warp per output element, or a whole block when few outputs each
   // combine many inputs (a full sum, say).
   const bool wide = p.length >= 4096 && p.outputs < 1024;
-  const auto run = [&](auto combine, T identity) {
+  const auto run = [&](auto combine, T identity, T factor) {
     using Combine = decltype(combine);
     if (wide)
       launch("cuda::reduce", p.outputs * block_threads, reduce_kernel<block_threads, T, Combine>,
-             combine, identity, x, y, p);
+             combine, identity, factor, x, y, p);
     else
       launch("cuda::reduce", p.outputs * warp_threads, reduce_kernel<warp_threads, T, Combine>,
-             combine, identity, x, y, p);
+             combine, identity, factor, x, y, p);
   };
-  if (op == ReduceOp::sum)
-    run(functors::add{}, T(0));
+  if (op == ReduceOp::max)
+    run(functors::max{}, -std::numeric_limits<T>::infinity(), T(1));
   else
-    run(functors::max{}, -std::numeric_limits<T>::infinity());
+    run(functors::add{}, T(0), op == ReduceOp::mean ? T(1) / static_cast<T>(p.length) : T(1));
 }
 
 template <class T>
