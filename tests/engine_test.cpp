@@ -544,3 +544,24 @@ TEST_CASE("the tape keeps what a gradient can read, and no more", "[grad][memory
   CHECK(left >= g.value().bytes());
   CHECK(left < g.value().bytes() + 4096);  // a few [..., C] tensors that reshapes view
 }
+
+TEST_CASE(
+    "a view on a tape reads its tensor where it lies, owning nothing, with a copy's "
+    "gradients",
+    "[grad][memory]") {
+  Generator gen(6);
+  const auto data = raw::normal<double>({3, 4}, gen), w0 = raw::normal<double>({3, 4}, gen);
+  std::vector<double> gradients[2];
+  for (const bool view : {false, true}) {
+    Tape<double> tape;
+    const std::size_t before = tape.live_bytes();
+    const V w = view ? tape.variable_view(w0) : tape.variable(w0);
+    const V x = view ? tape.constant_view(data) : tape.constant(data);
+    CHECK((w.value().data() == w0.data()) == view);
+    CHECK((x.value().data() == data.data()) == view);
+    CHECK((tape.live_bytes() == before) == view);
+    gradients[view] = grad(sum(square(mul(w, x))), w).value().to_vector();
+    CHECK_FALSE(x.requires_grad());
+  }
+  CHECK(gradients[0] == gradients[1]);
+}

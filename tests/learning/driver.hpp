@@ -113,9 +113,13 @@ TEST_CASE("a counting backend counts each kernel by name and changes no bit", "[
   CHECK(per_step[1] == per_step[2]);
   CHECK(per_step[0] > per_step[1]);  // the first step also makes Adam's moments
   // One foreach call per inner step for the update of every piece, and one
-  // for its gradient in the meta-gradient.
+  // for its gradient in the meta-gradient; one scales the step's statistics
+  // into place.
   CHECK(calls["foreach_axpy"] == 2);
-  CHECK(calls["foreach_unary scale"] == 2);
+  CHECK(calls["foreach_unary scale"] == 2 + 1);
+  // The batch and the meta-parameters are read where they lie: the only
+  // byte copies store the chunk's gradient and statistics.
+  CHECK(calls["copy"] == 2);
   CHECK(calls["axpy"] == 0);
   // One call gives every piece its task axis and one sums their gradients
   // over the tasks, where a copy and a reduction per piece were.

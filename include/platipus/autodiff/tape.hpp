@@ -118,11 +118,21 @@ class Tape {
     return Var<T, B>(make_value(std::move(value), nullptr, 0, true));
   }
   Var<T, B> variable(const Tensor<T, B>& value) { return variable(value.clone()); }
+  // A variable that reads `value` where it lies, as constant_view does.
+  Var<T, B> variable_view(const Tensor<T, B>& value) {
+    return variable(Tensor<T, B>::view(value, value.shape()));
+  }
   // Data: a value on the tape that no gradient flows to.
   Var<T, B> constant(Tensor<T, B>&& value) {
     return Var<T, B>(make_value(std::move(value), nullptr, 0, false));
   }
   Var<T, B> constant(const Tensor<T, B>& value) { return constant(value.clone()); }
+  // A constant that reads `value` where it lies, without a copy: `value`
+  // must outlive the tape, unchanged (a meta-step's task batch, an
+  // enclosing tape's value).
+  Var<T, B> constant_view(const Tensor<T, B>& value) {
+    return constant(Tensor<T, B>::view(value, value.shape()));
+  }
   // A constant of `shape` with u in every element: a gradient known on the
   // host (Backward::uniform_grad) once a tensor is needed.
   Var<T, B> filled(const Shape& shape, T u) { return constant(Tensor<T, B>::full(shape, u)); }

@@ -106,7 +106,7 @@ class AnilObjective : public ObjectiveBase<M, L, T, B, AnilSettings, MamlNames> 
     Tape<T, B>& tape = theta_var.tape();
     options.adapted = head_;
     return adapt(model_, loss_, per_task(theta_var, model_.layout(), tasks, head_),
-                 tape.constant(support_x), tape.constant(support_y), loop, options);
+                 tape.constant_view(support_x), tape.constant_view(support_y), loop, options);
   }
 
   std::vector<std::size_t> head_;

@@ -285,11 +285,11 @@ Adapted<T, B> adapt_detached(const M& model, const L& loss, Pieces<T, B> phi, co
     Pieces<T, B> start, rates;
     for (auto& value : values) start.push_back(tape.variable(std::move(value)));
     if (options.rates)
-      for (const auto& rate : *options.rates) rates.push_back(tape.constant(rate.value()));
+      for (const auto& rate : *options.rates) rates.push_back(tape.constant_view(rate.value()));
     auto here = options;
     here.rates = options.rates ? &rates : nullptr;
-    const auto next = inner_step(model, loss, std::move(start), tape.constant(x.value()),
-                                 tape.constant(y.value()), loop, here);
+    const auto next = inner_step(model, loss, std::move(start), tape.constant_view(x.value()),
+                                 tape.constant_view(y.value()), loop, here);
     if (step == 0) initial_loss = next.initial_loss.value().clone();
     values.clear();
     for (const auto& piece : next.params) values.push_back(piece.value().clone());
@@ -336,7 +336,7 @@ Tensor<T, B> adapted_parameters(const M& model, const L& loss, const Tensor<T, B
   if (rates) rate_pieces = unflatten(tape.constant(*rates), layout.shapes());
   const auto adapted =
       adapt(model, loss, per_task(tape.constant(theta), layout, support_x.dim(0)),
-            tape.constant(support_x), tape.constant(support_y), loop.for_evaluation(),
+            tape.constant_view(support_x), tape.constant_view(support_y), loop.for_evaluation(),
             {.noise = noise, .rates = rates ? &rate_pieces : nullptr, .detached = true});
   return flat_values(adapted.params, layout);
 }

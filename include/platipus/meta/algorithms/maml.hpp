@@ -57,8 +57,8 @@ class MamlObjective : public ObjectiveBase<M, L, T, B, MamlSettings, MamlNames> 
     Tape<T, B>& tape = parts[theta].tape();
     const auto adapted =
         adapt(model_, loss_, per_task(parts[theta], model_.layout(), chunk.tasks()),
-              tape.constant(chunk.support_x), tape.constant(chunk.support_y), settings_.inner_loop,
-              {.create_graph = !settings_.first_order, .noise = &noise});
+              tape.constant_view(chunk.support_x), tape.constant_view(chunk.support_y),
+              settings_.inner_loop, {.create_graph = !settings_.first_order, .noise = &noise});
     return adapted_query_terms(model_, loss_, adapted, chunk);
   }
 

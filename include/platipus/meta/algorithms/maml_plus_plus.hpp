@@ -109,7 +109,7 @@ class MamlPlusPlusObjective
                                TaskNoise& /*noise*/, const StepSchedule& schedule) const {
     Tape<T, B>& tape = parts[theta].tape();
     const auto weights = multi_step_weights(schedule.step);
-    const auto xq = tape.constant(chunk.query_x), yq = tape.constant(chunk.query_y);
+    const auto xq = tape.constant_view(chunk.query_x), yq = tape.constant_view(chunk.query_y);
     Var<T, B> objective, query, support;
     auto query_loss = [&](const Pieces<T, B>& phi, double weight) {
       query = task_loss(model_, loss_, phi, xq, yq);
@@ -173,7 +173,7 @@ class MamlPlusPlusObjective
     const auto& shapes = model_.layout().shapes();
     Pieces<T, B> phi = per_task(theta_var, model_.layout(), tasks);
     if (settings_.inner_loop.steps == 0) return no_steps(phi);
-    const auto x = tape.constant(support_x), y = tape.constant(support_y);
+    const auto x = tape.constant_view(support_x), y = tape.constant_view(support_y);
     for (int k = 0; k < settings_.inner_loop.steps; ++k) {
       // alpha_{k,i} as a [1, 1, ...] piece that broadcasts over [tasks, shape_i].
       Pieces<T, B> step_rates;

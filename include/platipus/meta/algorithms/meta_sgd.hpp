@@ -75,9 +75,10 @@ class MetaSgdObjective : public ObjectiveBase<M, L, T, B, MetaSgdSettings, MetaS
     const Pieces<T, B> alpha =
         unflatten(parts[learning_rate_scales] * static_cast<T>(settings_.inner_loop.learning_rate),
                   layout.shapes());
-    const auto adapted = adapt(model_, loss_, per_task(parts[theta], layout, chunk.tasks()),
-                               tape.constant(chunk.support_x), tape.constant(chunk.support_y),
-                               settings_.inner_loop, {.create_graph = true, .rates = &alpha});
+    const auto adapted =
+        adapt(model_, loss_, per_task(parts[theta], layout, chunk.tasks()),
+              tape.constant_view(chunk.support_x), tape.constant_view(chunk.support_y),
+              settings_.inner_loop, {.create_graph = true, .rates = &alpha});
     return adapted_query_terms(model_, loss_, adapted, chunk);
   }
 

@@ -182,8 +182,8 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     Tape<T, B>& tape = v[0].tape();
     const auto& layout = model_.layout();
     const std::int64_t tasks = batch.tasks();
-    const auto xs = tape.constant(batch.support_x), ys = tape.constant(batch.support_y);
-    const auto xq = tape.constant(batch.query_x), yq = tape.constant(batch.query_y);
+    const auto xs = tape.constant_view(batch.support_x), ys = tape.constant_view(batch.support_y);
+    const auto xq = tape.constant_view(batch.query_x), yq = tape.constant_view(batch.query_y);
     const auto mu = per_task(v[mu_theta], layout, tasks);
     const auto log_vq = unflatten(v[log_v_q], layout.shapes()),
                log_s2 = unflatten(v[log_sigma2_theta], layout.shapes());
@@ -222,7 +222,7 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
     Tape<T, B> tape;
     const auto mu_p = descend(per_task(tape.variable(theta[mu_theta]), layout, tasks),
                               unflatten(exp(tape.constant(theta[log_gamma_p])), layout.shapes()),
-                              tape.constant(support_x), tape.constant(support_y), false);
+                              tape.constant_view(support_x), tape.constant_view(support_y), false);
     const auto log_s2 = unflatten(tape.constant(theta[log_sigma2_theta]), layout.shapes());
     Pieces<T, B> start;
     for (std::size_t i = 0; i < mu_p.size(); ++i) {

@@ -25,8 +25,8 @@ template <class M, class L, class T, class B>
 ChunkTerms<T, B> adapted_query_terms(const M& model, const L& loss, const Adapted<T, B>& adapted,
                                      const TaskBatch<T, B>& chunk) {
   Tape<T, B>& tape = adapted.params.front().tape();
-  const auto query = task_loss(model, loss, adapted.params, tape.constant(chunk.query_x),
-                               tape.constant(chunk.query_y));
+  const auto query = task_loss(model, loss, adapted.params, tape.constant_view(chunk.query_x),
+                               tape.constant_view(chunk.query_y));
   return {.objective = query, .query = query, .support = adapted.initial_loss};
 }
 

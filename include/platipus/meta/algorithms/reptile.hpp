@@ -71,8 +71,8 @@ class ReptileObjective : public ObjectiveBase<M, L, T, B, ReptileSettings, MamlN
       NoGradGuard no_grad;
       const auto phi = inner.constant(flat_values(adapted.params, model_.layout()));
       difference = (expand(inner.constant(parts[theta].value()), rows) - phi).value().clone();
-      query = task_loss(model_, loss_, adapted.params, inner.constant(chunk.query_x),
-                        inner.constant(chunk.query_y))
+      query = task_loss(model_, loss_, adapted.params, inner.constant_view(chunk.query_x),
+                        inner.constant_view(chunk.query_y))
                   .value()
                   .clone();
       if (adapted.initial_loss.defined()) support = adapted.initial_loss.value().clone();

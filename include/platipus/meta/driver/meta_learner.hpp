@@ -470,7 +470,7 @@ class MetaLearner : public O::Names {
       const auto chunk = slice_tasks(batch, ranges[c]);
       Tape<T, B> tape;
       std::array<Var<T, B>, O::part_count> v;
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = tape.variable(parts_[i]);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = tape.variable_view(parts_[i]);
       TaskNoise chunk_noise = noise.from_task(mine.start + ranges[c].start);
       const auto terms =
           objective_.chunk_terms(std::span<const Var<T, B>>(v), chunk, chunk_noise, schedule);

@@ -5,6 +5,7 @@
 // (MetaStepResult::read) is what synchronises.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -57,20 +58,31 @@ struct MetaStepResult {
 
 // [query, support, statistics...] / tasks from single-value sums over a chunk
 // of tasks (an undefined one counts 0), so that the chunks of a meta-batch
-// add up to the batch means as their gradients do.
+// add up to the batch means as their gradients do. Each sum is scaled into
+// its element of the result, all of them by one foreach call (the bits of
+// a copy and a scale; a step's graph has no copy node for them).
 template <class T, class B>
 Tensor<T, B> step_statistics(const Var<T, B>& query, const Var<T, B>& support,
                              std::span<const Var<T, B>> statistics, std::int64_t tasks) {
   std::vector<const Var<T, B>*> parts{&query, &support};
   for (const auto& s : statistics) parts.push_back(&s);
-  Tensor<T, B> sums = Tensor<T, B>::zeros(Shape{static_cast<std::int64_t>(parts.size())});
+  const bool all_defined = std::ranges::all_of(parts, [](const auto* p) { return p->defined(); });
+  const Shape shape{static_cast<std::int64_t>(parts.size())};
+  Tensor<T, B> means = all_defined ? Tensor<T, B>(shape) : Tensor<T, B>::zeros(shape);
+  std::vector<const T*> sums;
+  std::vector<T*> into;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (!parts[i]->defined()) continue;
     check(parts[i]->numel() == 1, "step_statistics", "statistic {} is {}, not a single value", i,
           parts[i]->shape());
-    B::copy(sums.data() + i, parts[i]->value().data(), sizeof(T));
+    sums.push_back(parts[i]->value().data());
+    into.push_back(means.data() + i);
   }
-  return raw::map(UnaryOp::scale, sums, T(1) / static_cast<T>(tasks));
+  const std::vector<std::int64_t> ones(sums.size(), 1);
+  raw::detail::launch_pieces<T>(sums, {}, into, ones, [&](const PiecesLayout<T>& l) {
+    B::foreach_unary(UnaryOp::scale, l, T(1) / static_cast<T>(tasks));
+  });
+  return means;
 }
 
 }  // namespace platipus
