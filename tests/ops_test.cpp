@@ -28,6 +28,14 @@ Tensor<double> normal(const Shape& shape, std::uint64_t seed, double offset = 0,
   return raw::map(UnaryOp::add_scalar, raw::map(UnaryOp::scale, z, scale), offset);
 }
 
+// A float tensor's elements as bits, whose == sees signed zeros.
+template <class B>
+std::vector<std::uint32_t> bits(const Tensor<float, B>& t) {
+  std::vector<std::uint32_t> out;
+  for (const float x : t.to_vector()) out.push_back(std::bit_cast<std::uint32_t>(x));
+  return out;
+}
+
 // Values of magnitude in [0.2, 1.2] with random signs: away from relu's kink.
 Tensor<double> away_from_zero(const Shape& shape, std::uint64_t seed) {
   Generator gen(seed);
@@ -245,6 +253,37 @@ TEST_CASE("foreach kernels take any number of pieces, a call per capacity, each 
   pb.push_back(&a[0]);
   CHECK_THROWS_WITH(raw::foreach_axpy(pa, pb, 1.0),
                     Contains("piece 29") && Contains("[2, 3]") && Contains("[1, 3]"));
+}
+
+TEST_CASE("foreach_map_into writes foreach_map's pieces into tensors that exist", "[ops]") {
+  using counted = CountingBackend<cpu>;
+  const auto a = foreach_pieces(100);
+  const auto pa = pointers(a);
+  // Every piece into its own stretch of one buffer, through views.
+  std::int64_t total = 0;
+  for (const auto& piece : a) total += piece.numel();
+  Tensor<double, counted> buffer({total});
+  std::vector<Tensor<double, counted>> views;
+  std::int64_t offset = 0;
+  for (const auto& piece : a) {
+    views.push_back(Tensor<double, counted>::view(buffer.data() + offset, piece.shape()));
+    offset += piece.numel();
+  }
+  std::vector<Tensor<double, counted>*> into;
+  for (auto& view : views) into.push_back(&view);
+  counted::reset();
+  raw::foreach_map_into(UnaryOp::scale, pa, into, 1.3);
+  CHECK(counted::calls()["foreach_unary scale"] == 2);  // 29 pieces with elements
+  CHECK(counted::calls().total() == 2);
+  const auto expected = raw::foreach_map(UnaryOp::scale, pa, 1.3);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    CHECK(views[i].to<cpu>().to_vector() == expected[i].to<cpu>().to_vector());
+  into.pop_back();
+  CHECK_THROWS_WITH(raw::foreach_map_into(UnaryOp::scale, pa, into, 1.3),
+                    Contains("30 inputs and 29 outputs"));
+  into.push_back(&views[0]);
+  CHECK_THROWS_WITH(raw::foreach_map_into(UnaryOp::scale, pa, into, 1.3),
+                    Contains("piece 29") && Contains("differ"));
 }
 
 TEST_CASE(
@@ -516,11 +555,6 @@ TEST_CASE("mean is one reduce with the bits of a sum and then a scale, its deriv
   // dropped), and none.
   const std::vector<std::pair<std::vector<int>, bool>> cases{
       {{1}, false}, {{1, 2}, false}, {{0, 1, 2}, true}, {{}, false}, {{-1}, true}};
-  const auto bits = [](const Tensor<float, counted>& t) {
-    std::vector<std::uint32_t> out;
-    for (const float v : t.to_vector()) out.push_back(std::bit_cast<std::uint32_t>(v));
-    return out;
-  };
   for (const auto& [axes, keep_dims] : cases) {
     std::string named = "axes";
     for (const int axis : axes) named += fmt::format(" {}", axis);
@@ -530,6 +564,19 @@ TEST_CASE("mean is one reduce with the bits of a sum and then a scale, its deriv
     const auto summed = [&](const CountedVar& x) {
       return scale(sum(x, std::span<const int>(axes), keep_dims), 1.f / static_cast<float>(count));
     };
+    // The mean itself the loss: its gradient known on the host, times 1 / n.
+    for (const bool create_graph : {false, true}) {
+      std::vector<std::uint32_t> gradients[2];
+      for (const bool fused : {true, false}) {
+        Tape<float, counted> tape;
+        const CountedVar x = tape.variable(x0.to<counted>());
+        const CountedVar y = fused ? mean(x, std::span<const int>(axes), keep_dims) : summed(x);
+        gradients[fused] =
+            bits(grad(sum(y), std::span<const CountedVar>(&x, 1), {.create_graph = create_graph})[0]
+                     .value());
+      }
+      CHECK(gradients[true] == gradients[false]);
+    }
     for (const bool create_graph : {false, true}) {
       std::vector<std::uint32_t> results[2][3];  // fused, then sum and scale: y, dy/dx, d2
       for (const bool fused : {true, false}) {
@@ -605,28 +652,38 @@ TEST_CASE(
                                   {1, 5, 1, 4}, {1, 5, 1, 1}, {5, 1, 1}};
   for (const Shape& shape : shapes) {
     const auto part = raw::map(UnaryOp::scale, raw::normal<float>(shape, gen), 1e4f);
-    for (int order = 0; order < 3; ++order) {
-      // The repeated summand first, in the middle and last, negated in turn.
-      std::vector<const Tensor<float>*> x{&full, &other};
-      x.insert(x.begin() + order, &part);
-      const std::array<bool, 3> negate{order == 0, order == 1, true};
-      Tensor<float> chain = negate[0] ? raw::map(UnaryOp::neg, *x[0]) : x[0]->clone();
-      for (std::size_t k = 1; k < 3; ++k)
-        chain = raw::map(negate[k] ? BinaryOp::sub : BinaryOp::add, chain, *x[k], "add");
-      INFO("summand " << fmt::format("{}", shape) << " at " << order);
-      const auto summands = std::span<const Tensor<float>* const>(x);
-      CHECK(raw::add_n_takes(summands));
-      const auto sum = raw::add_n(summands, std::span<const bool>(negate));
-      CHECK(sum.shape() == full.shape());
-      CHECK(sum.to_vector() == chain.to_vector());
-    }
+    // The repeated summand first, in the middle and last, each summand
+    // negated or not (a repeated first one meets a plain or a negated second).
+    for (int order = 0; order < 3; ++order)
+      for (int mask = 0; mask < 8; ++mask) {
+        std::vector<const Tensor<float>*> x{&full, &other};
+        x.insert(x.begin() + order, &part);
+        const std::array<bool, 3> negate{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0};
+        Tensor<float> chain = negate[0] ? raw::map(UnaryOp::neg, *x[0]) : x[0]->clone();
+        for (std::size_t k = 1; k < 3; ++k)
+          chain = raw::map(negate[k] ? BinaryOp::sub : BinaryOp::add, chain, *x[k], "add");
+        INFO("summand " << fmt::format("{}", shape) << " at " << order << ", negate mask " << mask);
+        const auto summands = std::span<const Tensor<float>* const>(x);
+        CHECK(raw::add_n_takes(summands));
+        const auto sum = raw::add_n(summands, std::span<const bool>(negate));
+        CHECK(sum.shape() == full.shape());
+        CHECK(bits(sum) == bits(chain));
+      }
   }
+  // Scalars, and an empty sum (no backend call).
+  const auto u = raw::normal<float>({}, gen), v = raw::normal<float>({}, gen);
+  const std::vector<const Tensor<float>*> scalars{&u, &v};
+  CHECK(bits(raw::add_n(std::span<const Tensor<float>* const>(scalars))) ==
+        bits(raw::map(BinaryOp::add, u, v, "add")));
+  const Tensor<float> none({0, 4}), row4({1, 4});
+  const std::vector<const Tensor<float>*> empty{&row4, &none};
+  CHECK(raw::add_n(std::span<const Tensor<float>* const>(empty)).shape() == Shape{0, 4});
   // All summands repeated: the sum keeps their broadcast shape.
   const auto row = raw::normal<float>({2, 1, 3}, gen), column = raw::normal<float>({1, 1, 3}, gen);
   const std::vector<const Tensor<float>*> small{&row, &column};
   const auto small_sum = raw::add_n(std::span<const Tensor<float>* const>(small));
   CHECK(small_sum.shape() == Shape{2, 1, 3});
-  CHECK(small_sum.to_vector() == raw::map(BinaryOp::add, row, column, "add").to_vector());
+  CHECK(bits(small_sum) == bits(raw::map(BinaryOp::add, row, column, "add")));
   // Repeated along three runs (axes 0, 2 and 4): a broadcasting add's, not add_n's.
   const auto wide = raw::normal<float>({2, 5, 3, 4, 2}, gen),
              split = raw::normal<float>({1, 5, 1, 4, 1}, gen);
@@ -714,11 +771,6 @@ TEST_CASE("add_n negates the summands it is told to with the bits of negating th
   const auto a = Tensor<float>::from_host({6}, {0.f, -0.f, 0.f, 1.5f, 1e7f, 3.f});
   const auto b = Tensor<float>::from_host({6}, {0.f, 0.f, -0.f, -1.5f, 1.f, 2.f});
   const auto c = Tensor<float>::from_host({6}, {-0.f, 0.f, 0.f, 0.f, -1e7f, 0.25f});
-  const auto bits = [](const Tensor<float>& t) {
-    std::vector<std::uint32_t> out;
-    for (const float x : t.to_vector()) out.push_back(std::bit_cast<std::uint32_t>(x));
-    return out;
-  };
   const std::vector<const Tensor<float>*> x{&a, &b, &c};
   for (int mask = 0; mask < 8; ++mask) {
     const std::array<bool, 3> negate{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0};

@@ -112,6 +112,30 @@ TEMPLATE_TEST_CASE("every binary op code matches the CPU backend under broadcast
   }
 }
 
+TEMPLATE_TEST_CASE("add_n matches the CPU backend bit for bit, repeated and negated summands too",
+                   "[cuda][backend]", float, double) {
+  using T = TestType;
+  const Tensor<T> full = normal<T>({2, 5, 3, 4}, 20), other = normal<T>({2, 5, 3, 4}, 21);
+  // Repeated along one run of axes or two (conv4's per-channel gradients).
+  for (const Shape& shape : std::vector<Shape>{
+           {2, 5, 3, 4}, {2, 1, 3, 4}, {3, 4}, {2, 5, 3, 1}, {2, 1, 3, 1}, {5, 1, 4}, {1, 5, 1, 1}})
+    for (int order = 0; order < 3; ++order) {
+      INFO("summand " << shape.to_string() << " at " << order);
+      const Tensor<T> part = normal<T>(shape, 22);
+      std::vector<const Tensor<T>*> x{&full, &other};
+      x.insert(x.begin() + order, &part);
+      const Tensor<T, cuda> full_d = on_device(full), other_d = on_device(other),
+                            part_d = on_device(part);
+      std::vector<const Tensor<T, cuda>*> x_d{&full_d, &other_d};
+      x_d.insert(x_d.begin() + order, &part_d);
+      const std::array<bool, 3> negate{order == 0, false, order != 0};
+      const auto host = raw::add_n(std::span<const Tensor<T>* const>(x), std::span(negate));
+      const auto device =
+          raw::add_n(std::span<const Tensor<T, cuda>* const>(x_d), std::span(negate));
+      CHECK(device.template to<cpu>().to_vector() == host.to_vector());
+    }
+}
+
 TEMPLATE_TEST_CASE("select matches the CPU backend", "[cuda][backend]", float, double) {
   using T = TestType;
   const Tensor<T> mask = raw::map(UnaryOp::greater_scalar, normal<T>({500}, 7), T(0));
@@ -120,7 +144,7 @@ TEMPLATE_TEST_CASE("select matches the CPU backend", "[cuda][backend]", float, d
               "select");
 }
 
-TEMPLATE_TEST_CASE("sum and max reductions match the CPU backend", "[cuda][backend]", float,
+TEMPLATE_TEST_CASE("sum, max and mean reductions match the CPU backend", "[cuda][backend]", float,
                    double) {
   using T = TestType;
   // Kept axes inside, outside and between reduced ones; short and long

@@ -33,6 +33,13 @@ struct ReduceLayout {
   int rank = 0;
   Strides dims{}, stride_out{};
   std::int64_t in_numel = 0, out_numel = 0;
+  // The inputs combined into each output (a mean's n): the reduced extents.
+  std::int64_t reduced_count() const {
+    std::int64_t n = 1;
+    for (int d = 0; d < rank; ++d)
+      if (stride_out[d] == 0) n *= dims[d];
+    return n;
+  }
 };
 
 // dst[i . stride_dst] = src[i . stride_src] over i < dims.

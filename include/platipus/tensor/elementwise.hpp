@@ -272,6 +272,27 @@ std::vector<Tensor<T, B>> foreach_map(UnaryOp op, const std::vector<const Tensor
                             [&](const PiecesLayout<T>& l) { B::foreach_unary(op, l, scalar); });
 }
 
+// foreach_map into tensors y_i of x_i's shapes that exist (views into one
+// buffer, say) instead of new ones.
+template <class T, class B>
+void foreach_map_into(UnaryOp op, const std::vector<const Tensor<T, B>*>& x,
+                      const std::vector<Tensor<T, B>*>& y, T scalar = T(0)) {
+  check(x.size() == y.size(), "foreach_map_into", "{} inputs and {} outputs given", x.size(),
+        y.size());
+  std::vector<const T*> xs;
+  std::vector<T*> ys;
+  std::vector<std::int64_t> n;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    check(x[i]->shape() == y[i]->shape(), "foreach_map_into", "piece {}: shapes {} and {} differ",
+          i, x[i]->shape(), y[i]->shape());
+    xs.push_back(x[i]->data());
+    ys.push_back(y[i]->data());
+    n.push_back(x[i]->numel());
+  }
+  detail::launch_pieces<T>(xs, {}, ys, n,
+                           [&](const PiecesLayout<T>& l) { B::foreach_unary(op, l, scalar); });
+}
+
 // Each x_i [shape_i] as `copies` stacked copies [copies, shape_i], in calls
 // of up to PiecesLayout::capacity pieces: expand to a new leading axis.
 template <class T, class B>

@@ -1,5 +1,6 @@
-// Raw reductions: sum or max of a tensor down to a shape it broadcasts to
-// ("sum_to", the adjoint of broadcasting), and over a list of axes.
+// Raw reductions: sum, max or mean of a tensor down to a shape it
+// broadcasts to ("sum_to", the adjoint of broadcasting), and over a list of
+// axes.
 #pragma once
 
 #include <vector>
@@ -41,12 +42,13 @@ inline ReduceLayout reduce_layout(const Shape& in, const Shape& out) {
 // Reduces x to `shape`, which must broadcast to x's shape (NumPy rules).
 template <class T, class B>
 Tensor<T, B> reduce_to(ReduceOp op, const Tensor<T, B>& x, const Shape& shape) {
-  check(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), "sum_to",
+  const char* who = op == ReduceOp::mean ? "mean_to" : "sum_to";
+  check(broadcast_shapes(shape, x.shape(), who) == x.shape(), who,
         "shape {} does not broadcast to {}", shape, x.shape());
   Tensor<T, B> y(shape);
   if (y.numel() == 0) return y;
   if (x.numel() == 0) {
-    check(op != ReduceOp::mean, "mean", "mean over an empty axis of {}", x.shape());
+    check(op != ReduceOp::mean, who, "mean over an empty axis of {}", x.shape());
     B::fill(y.data(), y.numel(), T(0));
     return y;
   }

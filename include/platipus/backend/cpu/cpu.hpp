@@ -189,7 +189,7 @@ struct cpu {
     }
     reduce_loop(x, y, l, T(0), [](T acc, T v) { return acc + v; });
     if (op == ReduceOp::mean) {
-      const T s = T(1) / static_cast<T>(l.in_numel / l.out_numel);
+      const T s = T(1) / static_cast<T>(l.reduced_count());
       for (std::int64_t i = 0; i < l.out_numel; ++i) y[i] = y[i] * s;
     }
   }
@@ -375,7 +375,7 @@ struct cpu {
     for_summand(l, k, [&](std::int64_t i, std::int64_t n, const T* x, auto step) {
       const T repeated = *x;  // read once, so that the loops vectorise
       const auto at = [&](std::int64_t t) {
-        if constexpr (step() == 1) return x[t];
+        if constexpr (decltype(step)::value == 1) return x[t];
         return repeated;
       };
       if (!base && negate)

@@ -712,7 +712,8 @@ void cuda::reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l) {
   if (op == ReduceOp::max)
     run(functors::max{}, -std::numeric_limits<T>::infinity(), T(1));
   else
-    run(functors::add{}, T(0), op == ReduceOp::mean ? T(1) / static_cast<T>(p.length) : T(1));
+    run(functors::add{}, T(0),
+        op == ReduceOp::mean ? T(1) / static_cast<T>(l.reduced_count()) : T(1));
 }
 
 template <class T>

@@ -69,19 +69,18 @@ Tensor<T, B> step_statistics(const Var<T, B>& query, const Var<T, B>& support,
   const bool all_defined = std::ranges::all_of(parts, [](const auto* p) { return p->defined(); });
   const Shape shape{static_cast<std::int64_t>(parts.size())};
   Tensor<T, B> means = all_defined ? Tensor<T, B>(shape) : Tensor<T, B>::zeros(shape);
-  std::vector<const T*> sums;
-  std::vector<T*> into;
+  std::vector<const Tensor<T, B>*> sums;
+  std::vector<Tensor<T, B>> slots;  // views of their elements of `means`
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (!parts[i]->defined()) continue;
     check(parts[i]->numel() == 1, "step_statistics", "statistic {} is {}, not a single value", i,
           parts[i]->shape());
-    sums.push_back(parts[i]->value().data());
-    into.push_back(means.data() + i);
+    sums.push_back(&parts[i]->value());
+    slots.push_back(Tensor<T, B>::view(means.data() + i, parts[i]->shape()));
   }
-  const std::vector<std::int64_t> ones(sums.size(), 1);
-  raw::detail::launch_pieces<T>(sums, {}, into, ones, [&](const PiecesLayout<T>& l) {
-    B::foreach_unary(UnaryOp::scale, l, T(1) / static_cast<T>(tasks));
-  });
+  std::vector<Tensor<T, B>*> into;
+  for (auto& slot : slots) into.push_back(&slot);
+  raw::foreach_map_into(UnaryOp::scale, sums, into, T(1) / static_cast<T>(tasks));
   return means;
 }
 
