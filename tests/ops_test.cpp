@@ -1161,6 +1161,29 @@ TEST_CASE("shape ops pass first and second order checks", "[ops]") {
         },
         list(normal({2, 2}, 34), normal({2, 3}, 35)));
   }
+  SECTION("concat with a part no gradient flows to") {
+    check_derivatives(
+        [](auto x) {
+          const V data = x[0].tape().constant(Tensor<double>::full({2, 1}, 0.5));
+          return concat({data, x[0] * x[0]}, 1);
+        },
+        list(normal({2, 3}, 134)));
+  }
+  SECTION("expand_concat, each part broadcast along an axis") {
+    check_derivatives(
+        [](auto x) {
+          return expand_concat({x[0] * x[1], x[1] * x[1]}, -1);
+        },
+        list(normal({2, 3, 1}, 135), normal({2, 1, 2}, 136)));
+  }
+  SECTION("expand_concat with a broadcast part no gradient flows to") {
+    check_derivatives(
+        [](auto x) {
+          const V data = x[0].tape().constant(normal({1, 3, 1}, 137));
+          return expand_concat({data, x[0] * x[0]}, 2);
+        },
+        list(normal({2, 1, 2}, 138)));
+  }
   SECTION("split, with a piece left unused") {
     check_derivatives(
         [](auto x) {
@@ -1191,6 +1214,25 @@ TEST_CASE("shape ops pass first and second order checks", "[ops]") {
         },
         list(normal({2, 3}, 40)));
   }
+}
+
+// The bias transformation's [x, v] (nn/layers.hpp), fused and not.
+TEST_CASE("expand_concat has the bits of expand then concat, and so have its derivatives",
+          "[ops]") {
+  Generator gen(139);
+  const auto x0 = raw::normal<float>({3, 4, 1}, gen), v0 = raw::normal<float>({3, 1, 5}, gen),
+             r0 = raw::normal<float>({3, 4, 6}, gen);
+  const auto sweep = [&](bool fused) {
+    Tape<float> tape;
+    const Var<float> x = tape.constant(x0.clone()), v = tape.variable(v0.clone()),
+                     r = tape.constant(r0.clone());
+    const Var<float> y = fused ? expand_concat({x, v}, -1)
+                               : concat({expand(x, {3, 4, 1}), expand(v, {3, 4, 5})}, -1);
+    const auto g = grad(sum(square(mul(y, r))), v, {.create_graph = true});
+    const auto h = grad(sum(square(g)), v);
+    return std::vector{y.value().to_vector(), g.value().to_vector(), h.value().to_vector()};
+  };
+  CHECK(sweep(true) == sweep(false));
 }
 
 TEST_CASE("reductions and softmax pass first and second order checks", "[ops]") {
@@ -1381,6 +1423,8 @@ TEST_CASE("ops name themselves and the shapes when given bad input", "[ops][erro
   CHECK_THROWS_WITH(matmul(a, b), Contains("matmul") && Contains("[2, 3]") && Contains("[4, 3]"));
   CHECK_THROWS_WITH(reshape(a, {4, 2}), Contains("reshape") && Contains("[2, 3]"));
   CHECK_THROWS_WITH(concat({a, b}, 1), Contains("concat") && Contains("[4, 3]"));
+  CHECK_THROWS_WITH(expand_concat({a, b}, 1),
+                    Contains("expand_concat") && Contains("broadcast") && Contains("[4, 3]"));
   const std::array<std::int64_t, 2> sizes{1, 1};
   CHECK_THROWS_WITH(split(a, 1, sizes), Contains("split") && Contains("[2, 3]"));
   CHECK_THROWS_WITH(sum(a, {2}), Contains("sum") && Contains("axis 2"));

@@ -5,6 +5,7 @@
 // make every task run with its own parameters in one batched op.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,12 +106,16 @@ struct BiasTransform {
           x.dim(-1), inputs);
     const auto& v = pieces[vector];
     const auto row = reshape(v, detail::batched(v, 1, {1, dims}));
-    Shape lead = broadcast_shapes(x.shape().take_front(x.rank() - 1),
-                                  row.shape().take_front(row.rank() - 1), "BiasTransform");
-    Shape x_shape = lead, v_shape = lead;
-    x_shape.push_back(inputs);
-    v_shape.push_back(dims);
-    return concat({expand(x, x_shape), expand(row, v_shape)}, -1);
+    // [x, v] with v broadcast over the points (and x over the tasks where
+    // it has no task axis) by the concat itself: parts of one rank.
+    const int rank = std::max(x.rank(), row.rank());
+    const auto at_rank = [rank](const Var<T, B>& a) {
+      Shape shape;
+      for (int i = a.rank(); i < rank; ++i) shape.push_back(1);
+      for (const auto d : a.shape().dims()) shape.push_back(d);
+      return reshape(a, shape);
+    };
+    return expand_concat({at_rank(x), at_rank(row)}, -1);
   }
 };
 

@@ -1,8 +1,10 @@
 // Raw layout kernels: transpose, expand (materialised broadcast), slice,
-// pad (the adjoint of slice) and concat, all on one strided-copy primitive.
+// pad (the adjoint of slice), concat and expand_concat, all on one
+// strided-copy primitive.
 #pragma once
 
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "platipus/tensor/tensor.hpp"
@@ -95,29 +97,71 @@ Tensor<T, B> pad(const Tensor<T, B>& x, int axis, std::int64_t start, std::int64
   return y;
 }
 
+namespace detail {
+// The parts of a concat along axis `a` in their order, each copied from its
+// own buffer into y, read with stride 0 along the axes it broadcasts.
+template <class T, class B>
+void concat_into(std::span<const Tensor<T, B>* const> parts, int a, Tensor<T, B>& y) {
+  const Strides cd = contiguous_strides(y.shape());
+  std::int64_t offset = 0;
+  for (const auto* p : parts) {
+    Shape block = y.shape();
+    block[a] = p->shape()[a];
+    const Strides cp = contiguous_strides(p->shape());
+    Strides src{};
+    for (int i = 0; i < block.rank(); ++i) {
+      const auto s = static_cast<std::size_t>(i);
+      src[s] = p->shape()[i] == block[i] ? cp[s] : 0;
+    }
+    copy_block<T, B>(p->data(), src, y.data() + offset * cd[static_cast<std::size_t>(a)], cd,
+                     block);
+    offset += block[a];
+  }
+}
+
+// The shape of the parts joined along axis `a`, their other extents
+// broadcast where `broadcast` allows it (NumPy's rules at one rank), else
+// equal; checked, naming `who`.
+template <class T, class B>
+Shape joined_shape(std::span<const Tensor<T, B>* const> parts, int axis, bool broadcast,
+                   std::string_view who) {
+  check(!parts.empty(), who, "no tensors given");
+  const Shape& first = parts[0]->shape();
+  const int a = first.normalize_axis(axis, who);
+  Shape out = first;
+  out[a] = 0;
+  for (const auto* p : parts) {
+    bool fits = p->rank() == first.rank();
+    for (int i = 0; fits && i < first.rank(); ++i) {
+      if (i == a) continue;
+      const std::int64_t d = p->shape()[i];
+      fits = d == out[i] || (broadcast && (d == 1 || out[i] == 1));
+      if (fits && broadcast && out[i] == 1) out[i] = d;
+    }
+    check(fits, who, "shape {} does not {} {} outside axis {}", p->shape(),
+          broadcast ? "broadcast with" : "match", first, a);
+    out[a] += p->shape()[a];
+  }
+  return out;
+}
+}  // namespace detail
+
 // Joins tensors along `axis`; all other extents must agree. `parts` are
 // pointers so that callers can concatenate without moving their tensors.
 template <class T, class B>
 Tensor<T, B> concat(std::span<const Tensor<T, B>* const> parts, int axis) {
-  check(!parts.empty(), "concat", "no tensors given");
-  const Shape& first = parts[0]->shape();
-  const int a = first.normalize_axis(axis, "concat");
-  Shape out_shape = first;
-  out_shape[a] = 0;
-  for (const auto* p : parts) {
-    bool same = p->rank() == first.rank();
-    for (int i = 0; same && i < first.rank(); ++i) same = i == a || p->shape()[i] == first[i];
-    check(same, "concat", "shape {} does not match {} outside axis {}", p->shape(), first, a);
-    out_shape[a] += p->shape()[a];
-  }
-  Tensor<T, B> y(out_shape);
-  const Strides cd = contiguous_strides(out_shape);
-  std::int64_t offset = 0;
-  for (const auto* p : parts) {
-    detail::copy_block<T, B>(p->data(), contiguous_strides(p->shape()),
-                             y.data() + offset * cd[static_cast<std::size_t>(a)], cd, p->shape());
-    offset += p->shape()[a];
-  }
+  Tensor<T, B> y(detail::joined_shape(parts, axis, false, "concat"));
+  detail::concat_into(parts, parts[0]->shape().normalize_axis(axis, "concat"), y);
+  return y;
+}
+
+// concat of the parts each expanded to the others' extents outside `axis`
+// (parts of one rank, NumPy's rules): the bits of expand, then concat, with
+// one copy per part and no expanded tensor in between.
+template <class T, class B>
+Tensor<T, B> expand_concat(std::span<const Tensor<T, B>* const> parts, int axis) {
+  Tensor<T, B> y(detail::joined_shape(parts, axis, true, "expand_concat"));
+  detail::concat_into(parts, parts[0]->shape().normalize_axis(axis, "expand_concat"), y);
   return y;
 }
 

@@ -1,11 +1,13 @@
 // concat / split along an axis, and slice / pad: each pair is the other's
-// adjoint. split is one node with several outputs, so that unpacking a flat
+// adjoint; expand_concat, concat of parts that broadcast, is sum_to's and
+// slice's. split is one node with several outputs, so that unpacking a flat
 // parameter vector into its layers costs one op forward and one backward.
 #pragma once
 
 #include <numeric>
 #include <vector>
 
+#include "platipus/autodiff/ops/broadcast.hpp"
 #include "platipus/autodiff/record.hpp"
 #include "platipus/tensor/layout.hpp"
 
@@ -13,29 +15,84 @@ namespace platipus {
 
 template <class T, class B>
 std::vector<Var<T, B>> split(const Var<T, B>& x, int axis, std::span<const std::int64_t> sizes);
+template <class T, class B>
+Var<T, B> slice(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t length);
+
+namespace detail {
+
+// The rule of concat and expand_concat along axis `a`: each wanted part's
+// slice of the gradient, summed down to the part's shape where it was
+// expanded. One split node when every part wants its slice, else a slice
+// per wanted part, so that a part no gradient flows to (the bias
+// transformation's data) costs no copy.
+template <class T, class B>
+void concat_backward(Backward<T, B>& c, int a, std::span<const std::int64_t> sizes) {
+  const Var<T, B> g = c.grad();
+  bool every = true;
+  for (std::size_t i = 0; i < sizes.size(); ++i) every = every && c.needs(i);
+  if (every) {
+    const auto pieces = split(g, a, sizes);
+    for (std::size_t i = 0; i < pieces.size(); ++i) c.set(i, sum_to(pieces[i], c.input(i).shape()));
+    return;
+  }
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (c.needs(i)) c.set(i, sum_to(slice(g, a, offset, sizes[i]), c.input(i).shape()));
+    offset += sizes[i];
+  }
+}
+
+// Records concat's or expand_concat's `value` of `parts` along axis `a`.
+template <class T, class B>
+Var<T, B> record_concat(const char* name, std::span<const Var<T, B>> parts, int a,
+                        Tensor<T, B> value) {
+  std::vector<std::int64_t> sizes;
+  for (const auto& p : parts) sizes.push_back(p.shape()[a]);
+  return record(name, parts, std::move(value),
+                [a, sizes = std::move(sizes)](Backward<T, B>& c) { concat_backward(c, a, sizes); });
+}
+
+template <class T, class B>
+std::vector<const Tensor<T, B>*> values_of(std::span<const Var<T, B>> parts, std::string_view who) {
+  check(!parts.empty(), who, "no tensors given");
+  std::vector<const Tensor<T, B>*> values;
+  for (const auto& p : parts) {
+    check(p.defined(), who, "an input is an undefined Var");
+    values.push_back(&p.value());
+  }
+  return values;
+}
+
+}  // namespace detail
 
 template <class T, class B>
 Var<T, B> concat(std::span<const Var<T, B>> parts, int axis) {
-  check(!parts.empty(), "concat", "no tensors given");
-  const int a = parts[0].shape().normalize_axis(axis, "concat");
-  std::vector<const Tensor<T, B>*> values;
-  std::vector<std::int64_t> sizes;
-  for (const auto& p : parts) {
-    check(p.defined(), "concat", "an input is an undefined Var");
-    values.push_back(&p.value());
-    sizes.push_back(p.rank() > a ? p.shape()[a] : 0);
-  }
-  return record("concat", parts, raw::concat(std::span<const Tensor<T, B>* const>(values), a),
-                [a, sizes = std::move(sizes)](Backward<T, B>& c) {
-                  auto pieces = split(c.grad(), a, sizes);
-                  for (std::size_t i = 0; i < pieces.size(); ++i)
-                    if (c.needs(i)) c.set(i, pieces[i]);
-                });
+  const auto values = detail::values_of(parts, "concat");
+  auto y = raw::concat(std::span<const Tensor<T, B>* const>(values), axis);
+  return detail::record_concat("concat", parts, parts[0].shape().normalize_axis(axis, "concat"),
+                               std::move(y));
 }
 
 template <class T, class B>
 Var<T, B> concat(std::initializer_list<Var<T, B>> parts, int axis) {
   return concat(std::span<const Var<T, B>>(parts.begin(), parts.size()), axis);
+}
+
+// concat of the parts each expanded to the others' extents outside `axis`
+// (one rank, NumPy's rules; raw::expand_concat): the bits of expand, then
+// concat, without the expanded copies; the bias transformation's [x, v]
+// with v broadcast over the points.
+template <class T, class B>
+Var<T, B> expand_concat(std::span<const Var<T, B>> parts, int axis) {
+  const auto values = detail::values_of(parts, "expand_concat");
+  auto y = raw::expand_concat(std::span<const Tensor<T, B>* const>(values), axis);
+  return detail::record_concat(
+      "expand_concat", parts, parts[0].shape().normalize_axis(axis, "expand_concat"), std::move(y));
+}
+
+template <class T, class B>
+Var<T, B> expand_concat(std::initializer_list<Var<T, B>> parts, int axis) {
+  return expand_concat(std::span<const Var<T, B>>(parts.begin(), parts.size()), axis);
 }
 
 // Splits x along `axis` into consecutive pieces of the given extents, which
