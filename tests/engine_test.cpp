@@ -545,6 +545,35 @@ TEST_CASE("the tape keeps what a gradient can read, and no more", "[grad][memory
   CHECK(left < g.value().bytes() + 4096);  // a few [..., C] tensors that reshapes view
 }
 
+TEST_CASE("Tape::take moves a value's buffer out where the tape owns it, else copies it",
+          "[grad][memory]") {
+  Generator gen(7);
+  const auto w0 = raw::normal<double>({3, 4}, gen);
+  Tape<double> tape;
+  const auto w = tape.variable(w0);
+  const auto g = grad(sum(square(w)), w);
+  const double* buffer = g.value().data();
+  const auto values = g.to_vector();
+  const std::size_t before = tape.live_bytes();
+  const Tensor<double> taken = tape.take(g);
+  CHECK(taken.data() == buffer);
+  CHECK(taken.to_vector() == values);
+  CHECK(tape.live_bytes() == before - taken.bytes());
+  CHECK(g.shape() == Shape{3, 4});
+  CHECK_THROWS_WITH(tape.take(g),
+                    Contains("Tape::take") && Contains("taken") && Contains("[3, 4]"));
+  // A view, and a value that a reshape views, are copied.
+  const auto data = tape.constant_view(w0);
+  CHECK(tape.take(data).data() != w0.data());
+  const auto y = square(w);
+  const auto flat = reshape(y, {12});
+  const Tensor<double> y_copy = tape.take(y);
+  CHECK(y_copy.data() != y.value().data());
+  CHECK(y_copy.to_vector() == flat.to_vector());
+  Tape<double> other;
+  CHECK_THROWS_WITH(other.take(w), Contains("another tape"));
+}
+
 TEST_CASE(
     "a view on a tape reads its tensor where it lies, owning nothing, with a copy's "
     "gradients",

@@ -154,6 +154,19 @@ class Tape {
     v->data.release_buffer();
     return true;
   }
+  // The buffer of a value that outlives the tape (a meta-step's gradient):
+  // moved out where the tape owns it and nothing views it, else a copy. The
+  // value keeps its shape, as after `release`; no rule may read it again.
+  Tensor<T, B> take(const Var<T, B>& var) {
+    Value* v = var.record();
+    check(v->tape == this, "Tape::take", "the value of shape {} is on another tape",
+          v->data.shape());
+    check(!v->data.empty() || v->data.numel() == 0, "Tape::take",
+          "the value of shape {} was taken or released", v->data.shape());
+    if (v->data.is_view() || v->viewed) return v->data.clone();
+    live_bytes_ -= v->data.bytes();
+    return std::move(v->data);
+  }
   // Releases (as `release`) every value from id `first` on but `kept`:
   // the temporaries of a computation whose only result is `kept`.
   void release_since(std::size_t first, std::span<const Var<T, B>> kept) {

@@ -480,7 +480,7 @@ class MetaLearner : public O::Names {
       check(terms.statistics.size() == O::statistic_names.size(), who(method),
             "the objective gave {} statistics for its {} names", terms.statistics.size(),
             O::statistic_names.size());
-      results.store(c, grads,
+      results.store(c, tape, grads,
                     step_statistics(terms.query, terms.support,
                                     std::span<const Var<T, B>>(terms.statistics), tasks));
     });

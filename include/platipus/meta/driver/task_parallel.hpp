@@ -112,29 +112,40 @@ Tensor<T, B> repeat_tasks(const Tensor<T, B>& x, std::int64_t n) {
   return raw::expand(Tensor<T, B>::view(x, with_axis), expanded).reshaped(merged);
 }
 
-// Per-chunk buffers for the gradients and the step statistics, allocated by
-// the calling thread, filled by the workers, summed by the caller.
+// The gradients and step statistics of each chunk, summed by the caller.
+// One chunk runs on the calling thread, on its stream, which must not wait
+// (a CUDA graph may be recording it): its results are taken from its tape
+// (Tape::take), with no copy. Several are copied into buffers that the
+// calling thread allocated (on CUDA, from its own caches) and that outlive
+// the workers' tapes.
 template <class T, class B>
 class ChunkResults {
  public:
   ChunkResults(std::size_t chunks, std::span<const Shape> gradient_shapes, std::size_t statistics)
-      : buffers_(chunks) {
-    for (auto& chunk : buffers_) {
-      for (const auto& s : gradient_shapes) chunk.emplace_back(s);
-      chunk.emplace_back(Shape{static_cast<std::int64_t>(statistics)});  // step_statistics
-    }
+      : shapes_(gradient_shapes.begin(), gradient_shapes.end()), buffers_(chunks) {
+    shapes_.push_back(Shape{static_cast<std::int64_t>(statistics)});  // step_statistics
+    if (chunks == 1) return;
+    for (auto& chunk : buffers_)
+      for (const auto& s : shapes_) chunk.emplace_back(s);
   }
 
-  void store(std::size_t chunk, std::span<const Var<T, B>> grads, const Tensor<T, B>& statistics) {
+  void store(std::size_t chunk, Tape<T, B>& tape, std::span<const Var<T, B>> grads,
+             Tensor<T, B> statistics) {
+    check(grads.size() + 1 == shapes_.size(), "ChunkResults", "{} gradients, expected {}",
+          grads.size(), shapes_.size() - 1);
+    for (std::size_t i = 0; i < grads.size(); ++i) check_shape(i, grads[i].shape(), "gradient");
+    check_shape(grads.size(), statistics.shape(), "statistics");
     auto& dst = buffers_[chunk];
-    check(grads.size() + 1 == dst.size(), "ChunkResults", "{} gradients, expected {}", grads.size(),
-          dst.size() - 1);
-    for (std::size_t i = 0; i < grads.size(); ++i) copy(dst[i], grads[i].value(), "gradient");
-    copy(dst.back(), statistics, "statistics");
-    // A worker's stream must finish before the caller reads; a single chunk
-    // runs on the caller's own stream and must not wait (a CUDA graph may be
-    // recording it).
-    if (buffers_.size() > 1) B::synchronize();
+    if (buffers_.size() == 1) {
+      for (const auto& g : grads) dst.push_back(tape.take(g));
+      dst.push_back(std::move(statistics));
+      return;
+    }
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      B::copy(dst[i].data(), grads[i].value().data(), dst[i].bytes());
+    B::copy(dst.back().data(), statistics.data(), dst.back().bytes());
+    // A worker's stream must finish before the caller reads.
+    B::synchronize();
   }
 
   struct Total {
@@ -152,12 +163,11 @@ class ChunkResults {
   }
 
  private:
-  static void copy(Tensor<T, B>& dst, const Tensor<T, B>& src, std::string_view what) {
-    check(dst.shape() == src.shape(), "ChunkResults", "{} is {}, expected {}", what, src.shape(),
-          dst.shape());
-    B::copy(dst.data(), src.data(), dst.bytes());
+  void check_shape(std::size_t i, const Shape& shape, std::string_view what) const {
+    check(shape == shapes_[i], "ChunkResults", "{} is {}, expected {}", what, shape, shapes_[i]);
   }
 
+  std::vector<Shape> shapes_;
   std::vector<std::vector<Tensor<T, B>>> buffers_;
 };
 
