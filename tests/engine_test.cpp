@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -545,8 +546,10 @@ TEST_CASE("the tape keeps what a gradient can read, and no more", "[grad][memory
   CHECK(left < g.value().bytes() + 4096);  // a few [..., C] tensors that reshapes view
 }
 
-TEST_CASE("Tape::take moves a value's buffer out where the tape owns it, else copies it",
-          "[grad][memory]") {
+TEST_CASE(
+    "Tape::take moves a value's buffer out where the tape owns it and no one reads it, else copies "
+    "it",
+    "[grad][memory]") {
   Generator gen(7);
   const auto w0 = raw::normal<double>({3, 4}, gen);
   Tape<double> tape;
@@ -570,8 +573,20 @@ TEST_CASE("Tape::take moves a value's buffer out where the tape owns it, else co
   const Tensor<double> y_copy = tape.take(y);
   CHECK(y_copy.data() != y.value().data());
   CHECK(y_copy.to_vector() == flat.to_vector());
+  // So is a value that a recorded rule reads (mul saves its inputs).
+  const auto z = tape.variable(w0);
+  const auto zz = mul(z, z);
+  CHECK(tape.take(z).data() != z.value().data());
   Tape<double> other;
   CHECK_THROWS_WITH(other.take(w), Contains("another tape"));
+  // One chunk whose two parts get the same gradient: one taken, one copied.
+  const std::array<Shape, 2> shapes{Shape{3, 4}, Shape{3, 4}};
+  ChunkResults<double, cpu> results(1, shapes, 1);
+  const std::array<V, 2> same{zz, zz};
+  results.store(0, tape, same, Tensor<double>::zeros({1}));
+  const auto total = results.sum();
+  CHECK(total.gradients[0].to_vector() == total.gradients[1].to_vector());
+  CHECK(total.gradients[0].data() != total.gradients[1].data());
 }
 
 TEST_CASE(

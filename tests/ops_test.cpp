@@ -1222,17 +1222,27 @@ TEST_CASE("expand_concat has the bits of expand then concat, and so have its der
   Generator gen(139);
   const auto x0 = raw::normal<float>({3, 4, 1}, gen), v0 = raw::normal<float>({3, 1, 5}, gen),
              r0 = raw::normal<float>({3, 4, 6}, gen);
-  const auto sweep = [&](bool fused) {
+  // x data (one part wants a gradient: a slice) or a variable (both: a split).
+  const auto sweep = [&](bool fused, bool x_variable) {
     Tape<float> tape;
-    const Var<float> x = tape.constant(x0.clone()), v = tape.variable(v0.clone()),
-                     r = tape.constant(r0.clone());
+    const Var<float> x = x_variable ? tape.variable(x0.clone()) : tape.constant(x0.clone()),
+                     v = tape.variable(v0.clone()), r = tape.constant(r0.clone());
     const Var<float> y = fused ? expand_concat({x, v}, -1)
                                : concat({expand(x, {3, 4, 1}), expand(v, {3, 4, 5})}, -1);
-    const auto g = grad(sum(square(mul(y, r))), v, {.create_graph = true});
-    const auto h = grad(sum(square(g)), v);
-    return std::vector{y.value().to_vector(), g.value().to_vector(), h.value().to_vector()};
+    const std::vector<Var<float>> inputs =
+        x_variable ? std::vector<Var<float>>{x, v} : std::vector<Var<float>>{v};
+    const auto g =
+        grad(sum(square(mul(y, r))), std::span<const Var<float>>(inputs), {.create_graph = true});
+    Var<float> norm = sum(square(g[0]));
+    for (std::size_t i = 1; i < g.size(); ++i) norm = add(norm, sum(square(g[i])));
+    std::vector<std::vector<float>> values{y.value().to_vector()};
+    for (const auto& gi : g) values.push_back(gi.value().to_vector());
+    for (const auto& h : grad(norm, std::span<const Var<float>>(inputs)))
+      values.push_back(h.to_vector());
+    return values;
   };
-  CHECK(sweep(true) == sweep(false));
+  CHECK(sweep(true, false) == sweep(false, false));
+  CHECK(sweep(true, true) == sweep(false, true));
 }
 
 TEST_CASE("reductions and softmax pass first and second order checks", "[ops]") {

@@ -155,15 +155,15 @@ class Tape {
     return true;
   }
   // The buffer of a value that outlives the tape (a meta-step's gradient):
-  // moved out where the tape owns it and nothing views it, else a copy. The
-  // value keeps its shape, as after `release`; no rule may read it again.
+  // moved out where the tape owns it and neither a view nor a recorded rule
+  // reads it (as `release`), else a copy. A moved value keeps its shape.
   Tensor<T, B> take(const Var<T, B>& var) {
     Value* v = var.record();
     check(v->tape == this, "Tape::take", "the value of shape {} is on another tape",
           v->data.shape());
     check(!v->data.empty() || v->data.numel() == 0, "Tape::take",
           "the value of shape {} was taken or released", v->data.shape());
-    if (v->data.is_view() || v->viewed) return v->data.clone();
+    if (v->data.is_view() || v->viewed || v->saved) return v->data.clone();
     live_bytes_ -= v->data.bytes();
     return std::move(v->data);
   }

@@ -106,6 +106,8 @@ struct BiasTransform {
           x.dim(-1), inputs);
     const auto& v = pieces[vector];
     const auto row = reshape(v, detail::batched(v, 1, {1, dims}));
+    broadcast_shapes(x.shape().take_front(x.rank() - 1), row.shape().take_front(row.rank() - 1),
+                     "BiasTransform");  // tasks that do not match, named here
     // [x, v] with v broadcast over the points (and x over the tasks where
     // it has no task axis) by the concat itself: parts of one rank.
     const int rank = std::max(x.rank(), row.rank());

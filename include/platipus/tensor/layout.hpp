@@ -131,7 +131,8 @@ Shape joined_shape(std::span<const Tensor<T, B>* const> parts, int axis, bool br
   Shape out = first;
   out[a] = 0;
   for (const auto* p : parts) {
-    bool fits = p->rank() == first.rank();
+    check(p->rank() == first.rank(), who, "shape {} is not of {}'s rank", p->shape(), first);
+    bool fits = true;
     for (int i = 0; fits && i < first.rank(); ++i) {
       if (i == a) continue;
       const std::int64_t d = p->shape()[i];
@@ -139,7 +140,7 @@ Shape joined_shape(std::span<const Tensor<T, B>* const> parts, int axis, bool br
       if (fits && broadcast && out[i] == 1) out[i] = d;
     }
     check(fits, who, "shape {} does not {} {} outside axis {}", p->shape(),
-          broadcast ? "broadcast with" : "match", first, a);
+          broadcast ? "broadcast with" : "match", out, a);
     out[a] += p->shape()[a];
   }
   return out;

@@ -22,24 +22,28 @@ namespace detail {
 
 // The rule of concat and expand_concat along axis `a`: each wanted part's
 // slice of the gradient, summed down to the part's shape where it was
-// expanded. One split node when every part wants its slice, else a slice
-// per wanted part, so that a part no gradient flows to (the bias
-// transformation's data) costs no copy.
+// expanded. One slice where one part wants it (the bias transformation's
+// v, not its data x), so that the others cost no copy; else one split node,
+// whose own rule is one concat (slices' pads would be added, and -0 + 0 is
+// not -0).
 template <class T, class B>
 void concat_backward(Backward<T, B>& c, int a, std::span<const std::int64_t> sizes) {
   const Var<T, B> g = c.grad();
-  bool every = true;
-  for (std::size_t i = 0; i < sizes.size(); ++i) every = every && c.needs(i);
-  if (every) {
-    const auto pieces = split(g, a, sizes);
-    for (std::size_t i = 0; i < pieces.size(); ++i) c.set(i, sum_to(pieces[i], c.input(i).shape()));
+  std::size_t wanted = 0, last = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (!c.needs(i)) continue;
+    ++wanted;
+    last = i;
+  }
+  if (wanted == 1) {
+    const std::int64_t offset =
+        std::accumulate(sizes.begin(), sizes.begin() + last, std::int64_t{0});
+    c.set(last, sum_to(slice(g, a, offset, sizes[last]), c.input(last).shape()));
     return;
   }
-  std::int64_t offset = 0;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if (c.needs(i)) c.set(i, sum_to(slice(g, a, offset, sizes[i]), c.input(i).shape()));
-    offset += sizes[i];
-  }
+  const auto pieces = split(g, a, sizes);
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    if (c.needs(i)) c.set(i, sum_to(pieces[i], c.input(i).shape()));
 }
 
 // Records concat's or expand_concat's `value` of `parts` along axis `a`.
@@ -48,8 +52,10 @@ Var<T, B> record_concat(const char* name, std::span<const Var<T, B>> parts, int 
                         Tensor<T, B> value) {
   std::vector<std::int64_t> sizes;
   for (const auto& p : parts) sizes.push_back(p.shape()[a]);
-  return record(name, parts, std::move(value),
-                [a, sizes = std::move(sizes)](Backward<T, B>& c) { concat_backward(c, a, sizes); });
+  return record(
+      name, parts, std::move(value),
+      [a, sizes = std::move(sizes)](Backward<T, B>& c) { concat_backward(c, a, sizes); },
+      saves_nothing);
 }
 
 template <class T, class B>

@@ -137,7 +137,12 @@ class ChunkResults {
     check_shape(grads.size(), statistics.shape(), "statistics");
     auto& dst = buffers_[chunk];
     if (buffers_.size() == 1) {
-      for (const auto& g : grads) dst.push_back(tape.take(g));
+      for (std::size_t i = 0; i < grads.size(); ++i) {
+        // Two parts may get the same gradient (add's rule gives both its own).
+        const auto first = static_cast<std::size_t>(
+            std::find(grads.begin(), grads.begin() + i, grads[i]) - grads.begin());
+        dst.push_back(first < i ? dst[first].clone() : tape.take(grads[i]));
+      }
       dst.push_back(std::move(statistics));
       return;
     }
