@@ -1,5 +1,6 @@
 // Kernels per meta-step of the workloads that cuda_meta_step.cpp replays as
-// CUDA graphs, counted without a device: each learner on
+// CUDA graphs (and of the paper network on the Gaussian NLL the regression
+// examples train on), counted without a device: each learner on
 // CountingBackend<cpu> (backend/counting.hpp), which cuts the meta-batch as
 // platipus::cuda does (one chunk, one thread) and counts every backend call
 // of one meta-step, taken after a first step that also makes Adam's
@@ -39,23 +40,28 @@ KernelCalls second_step(Learner& learner, const TaskBatch<float, counted>& batch
   return counted::calls();
 }
 
-KernelCalls maml_sinusoid(bool first_order) {
+template <class Loss>
+KernelCalls maml_sinusoid(nn::Sequential network, Loss loss, bool first_order) {
   Generator gen(1);
-  Maml<nn::Sequential, MseLoss, float, counted> maml(
-      small_network(), MseLoss{},
+  Maml<nn::Sequential, Loss, float, counted> maml(
+      std::move(network), loss,
       {.inner_loop = {.steps = 5, .learning_rate = 0.01}, .first_order = first_order}, gen);
   const auto batch = sinusoid_workloads::batch<counted>(gen);
   return second_step(maml, batch, gen);
 }
 
-template <nn::Sequential (*Network)()>
-KernelCalls platipus_sinusoid() {
+template <class Loss>
+KernelCalls platipus_sinusoid(nn::Sequential network, Loss loss) {
   Generator gen(2);
-  Platipus<nn::Sequential, MseLoss, float, counted> model(
-      Network(), MseLoss{}, {.inner_loop = {.steps = 5, .learning_rate = 0.01}}, gen);
+  Platipus<nn::Sequential, Loss, float, counted> model(
+      std::move(network), loss, {.inner_loop = {.steps = 5, .learning_rate = 0.01}}, gen);
   const auto batch = sinusoid_workloads::batch<counted>(gen);
   return second_step(model, batch, gen);
 }
+
+// The likelihood the regression examples train on (sine_line,
+// active_learning, algorithms): the Gaussian NLL at the tasks' known noise.
+const GaussianNllLoss examples_loss{.noise_std = data::SinusoidLineSettings{}.noise_std};
 
 template <const conv_workloads::Workload& W, bool BatchNorm>
 KernelCalls maml_conv4() {
@@ -97,14 +103,28 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<std::string, std::function<KernelCalls()>>> workloads = {
       {"maml_sinusoid/second_order",
        [] {
-         return maml_sinusoid(false);
+         return maml_sinusoid(small_network(), MseLoss{}, false);
        }},
       {"maml_sinusoid/first_order",
        [] {
-         return maml_sinusoid(true);
+         return maml_sinusoid(small_network(), MseLoss{}, true);
        }},
-      {"platipus_sinusoid/1-40-40-1", platipus_sinusoid<small_network>},
-      {"platipus_sinusoid/paper_network", platipus_sinusoid<paper_network>},
+      {"platipus_sinusoid/1-40-40-1",
+       [] {
+         return platipus_sinusoid(small_network(), MseLoss{});
+       }},
+      {"platipus_sinusoid/paper_network",
+       [] {
+         return platipus_sinusoid(paper_network(), MseLoss{});
+       }},
+      {"maml_sinusoid/paper_network_gaussian_nll",
+       [] {
+         return maml_sinusoid(paper_network(), examples_loss, false);
+       }},
+      {"platipus_sinusoid/paper_network_gaussian_nll",
+       [] {
+         return platipus_sinusoid(paper_network(), examples_loss);
+       }},
       {"maml_conv4/miniimagenet", maml_conv4<conv_workloads::miniimagenet, true>},
       {"maml_conv4/omniglot", maml_conv4<conv_workloads::omniglot, true>},
       {"maml_conv4_no_bn/miniimagenet", maml_conv4<conv_workloads::miniimagenet, false>},

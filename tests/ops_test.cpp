@@ -821,6 +821,79 @@ TEST_CASE("exp_scaled is exp(scale(x, s)) in one call, with its bits to the seco
   }
 }
 
+TEST_CASE("div by a scalar has the bits of div by a tensor of it, to the second derivative",
+          "[ops][grad]") {
+  check_derivatives([](auto x) { return div(x[0], 0.7); }, list(normal({2, 3}, 61)));
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  Generator gen(411);
+  const auto x0 = raw::normal<float>({4, 3}, gen), w0 = raw::normal<float>({4, 3}, gen);
+  for (const float s : {0.09f, -3.f}) {
+    std::vector<float> results[2];
+    for (const bool scalar : {false, true}) {
+      Tape<float, counted> tape;
+      const CountedVar x = tape.variable(x0.to<counted>()), w = tape.constant(w0.to<counted>());
+      const auto q =
+          scalar ? div(x, s) : div(x, tape.constant(Tensor<float, counted>::full({}, s)));
+      // The first term's gradient is a tensor, the second's one host value.
+      const CountedVar loss = sum(add(mul(q, w), square(x))) + mean(q);
+      const auto g = grad(loss, std::span<const CountedVar>(&x, 1))[0];
+      const auto g2 = grad(loss, std::span<const CountedVar>(&x, 1), {.create_graph = true})[0];
+      const auto h = grad(sum(mul(g2, g2)), std::span<const CountedVar>(&x, 1))[0];
+      results[scalar] = q.value().to<cpu>().to_vector();
+      for (const auto& v : {g, g2, h})
+        for (const float e : v.value().to<cpu>().to_vector()) results[scalar].push_back(e);
+    }
+    CHECK(results[0] == results[1]);
+  }
+}
+
+TEST_CASE(
+    "gaussian_nll_loss at a host variance has the bits of a tensor of it, to the second "
+    "derivative, in fewer kernels",
+    "[ops][loss]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  Generator gen(412);
+  const auto p0 = raw::normal<float>({2, 5, 1}, gen), y0 = raw::normal<float>({2, 5, 1}, gen);
+  for (const double noise_std : {0.3, 1.7})
+    for (const auto reduction : {Reduction::mean, Reduction::sum}) {
+      std::vector<float> results[2];
+      KernelCalls forward[2], backward[2];
+      for (const bool host : {false, true}) {
+        Tape<float, counted> tape;
+        const CountedVar p = tape.variable(p0.to<counted>()), y = tape.constant(y0.to<counted>());
+        const auto variance = static_cast<float>(noise_std * noise_std);
+        const auto v = tape.constant(Tensor<float, counted>::full({}, variance));
+        counted::reset();
+        const CountedVar per_task =
+            host ? GaussianNllLoss{.noise_std = noise_std, .reduction = reduction}(p, y, 1)
+                 : gaussian_nll_loss(p, v, y, 1, reduction);
+        forward[host] = counted::calls();
+        const CountedVar loss = sum(per_task);
+        counted::reset();
+        const auto g = grad(loss, std::span<const CountedVar>(&p, 1))[0];
+        backward[host] = counted::calls();
+        const auto g2 = grad(loss, std::span<const CountedVar>(&p, 1), {.create_graph = true})[0];
+        const auto h = grad(sum(mul(g2, g2)), std::span<const CountedVar>(&p, 1))[0];
+        for (const auto& r : {per_task, g, g2, h})
+          for (const float e : r.value().to<cpu>().to_vector()) results[host].push_back(e);
+      }
+      CHECK(results[0] == results[1]);
+      // The tensor's log, and the add that broadcasts it, become a shift.
+      CHECK(forward[1].total() == forward[0].total() - 1);
+      CHECK(forward[1]["unary div_scalar"] == 1);
+      // The gradient stays one host value down to square's one scale.
+      CHECK(backward[1].total() == 1);
+      CHECK(backward[1]["unary scale"] == 1);
+    }
+  Tape<double> tape;
+  const auto p = tape.variable(Tensor<double>::zeros({3}));
+  for (const double bad : {0.0, -1.0, std::nan("")})
+    CHECK_THROWS_WITH(gaussian_nll_loss(p, bad, p),
+                      Contains("gaussian_nll_loss") && Contains("variance"));
+}
+
 TEST_CASE("foreach_exp_scaled is exp_scaled on every piece in one call, with its bits",
           "[ops][grad]") {
   using counted = CountingBackend<cpu>;
@@ -1322,6 +1395,10 @@ TEST_CASE("losses pass first and second order checks", "[ops][loss]") {
   SECTION("gaussian nll") {
     check_derivatives([](auto x) { return gaussian_nll_loss(x[0], exp(x[1]), square(x[0]) * 0.5); },
                       list(normal({4}, 57), normal({4}, 58, 0, 0.3)));
+  }
+  SECTION("gaussian nll at a host variance") {
+    check_derivatives([](auto x) { return gaussian_nll_loss(x[0], 0.4, square(x[0]) * 0.5); },
+                      list(normal({4}, 57)));
   }
 }
 

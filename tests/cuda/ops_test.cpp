@@ -366,6 +366,10 @@ TEMPLATE_TEST_CASE("losses and the KL term match the CPU backend", "[cuda][ops][
     check_op<T>([](auto x) { return gaussian_nll_loss(x[0], exp(x[1]), square(x[0]) * 0.5); },
                 list(normal<T>({4}, 70), normal<T>({4}, 71, 0, 0.3)));
   }
+  SECTION("gaussian nll at a host variance (div by a scalar)") {
+    check_op<T>([](auto x) { return GaussianNllLoss{.noise_std = 0.3}(x[0], square(x[1]), 0); },
+                list(normal<T>({4}, 70), normal<T>({4}, 71)));
+  }
   SECTION("KL divergence of diagonal Gaussians") {
     check_op<T>([](auto x) { return kl_diagonal_gaussians(x[0], x[1], x[2], x[3]); },
                 list(normal<T>({2, 3}, 72), normal<T>({3}, 73, 0, 0.3), normal<T>({2, 3}, 74),

@@ -29,6 +29,7 @@ enum class UnaryOp : std::uint8_t {
   abs,
   scale,           // x * s
   add_scalar,      // x + s
+  div_scalar,      // x / s: the bits of binary div by a tensor of s
   pow_scalar,      // x ^ s
   greater_scalar,  // 1 where x > s, else 0
 };
@@ -79,6 +80,7 @@ PLATIPUS_UNARY(softplus, (x > T(0) ? x : T(0)) + log1p(exp(-abs(x))))
 PLATIPUS_UNARY(abs, abs(x))
 PLATIPUS_UNARY(scale, x* s)
 PLATIPUS_UNARY(add_scalar, x + s)
+PLATIPUS_UNARY(div_scalar, x / s)
 PLATIPUS_UNARY(pow_scalar, pow(x, s))
 PLATIPUS_UNARY(greater_scalar, x > s ? T(1) : T(0))
 #undef PLATIPUS_UNARY
@@ -126,6 +128,7 @@ PLATIPUS_HD decltype(auto) visit_unary(UnaryOp op, F&& f) {
     PLATIPUS_CASE(abs)
     PLATIPUS_CASE(scale)
     PLATIPUS_CASE(add_scalar)
+    PLATIPUS_CASE(div_scalar)
     PLATIPUS_CASE(pow_scalar)
     PLATIPUS_CASE(greater_scalar)
 #undef PLATIPUS_CASE

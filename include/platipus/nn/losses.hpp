@@ -108,6 +108,13 @@ Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels,
                                        batch_dims, reduction, labels.shape());
 }
 
+namespace detail {
+template <class T>
+T log_two_pi() {
+  return static_cast<T>(std::log(2 * std::numbers::pi));
+}
+}  // namespace detail
+
 // Negative log-likelihood of target under N(mean, variance), constant included.
 template <class T, class B>
 Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
@@ -117,9 +124,33 @@ Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
   detail::check_same_shape(name, mean_, target);
   check(broadcast_shapes(variance.shape(), mean_.shape(), name) == mean_.shape(), name,
         "variance {} does not broadcast to mean {}", variance.shape(), mean_.shape());
-  const T log_two_pi = static_cast<T>(std::log(2 * std::numbers::pi));
+  // (mean - target)^2 has the bits of (target - mean)^2, and its gradient
+  // into mean needs no negation.
   const auto per_point = scale(
-      shift(add(log(variance), div(square(sub(target, mean_)), variance)), log_two_pi), T(0.5));
+      shift(add(log(variance), div(square(sub(mean_, target)), variance)), detail::log_two_pi<T>()),
+      T(0.5));
+  return detail::checked(detail::reduce_after(per_point, batch_dims, reduction, name), name,
+                         mean_.shape(), target.shape());
+}
+
+// The same with one variance for every point, known on the host (a known
+// noise scale): the bits of the form above at a tensor of `variance` on the
+// CPU, without the tensor, its log and its broadcast add (log v is a shift)
+// and with no kernel for the gradient but square's scale: dividing by a
+// scalar keeps a loss's gradient one host value (Backward::uniform_grad)
+// where dividing by a tensor made it one (issue 38).
+template <class T, class B>
+Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, T variance, const Var<T, B>& target,
+                            int batch_dims = 0, Reduction reduction = Reduction::mean) {
+  constexpr std::string_view name = "gaussian_nll_loss";
+  detail::check_same_shape(name, mean_, target);
+  check_finite(name, "variance", variance);
+  check_positive(name, "variance", variance);
+  // log v + q is q + log v to the bit.
+  const auto per_point =
+      scale(shift(shift(div(square(sub(mean_, target)), variance), std::log(variance)),
+                  detail::log_two_pi<T>()),
+            T(0.5));
   return detail::checked(detail::reduce_after(per_point, batch_dims, reduction, name), name,
                          mean_.shape(), target.shape());
 }
@@ -152,9 +183,8 @@ struct GaussianNllLoss {
   Var<T, B> operator()(const Var<T, B>& pred, const Var<T, B>& target, int batch_dims) const {
     check_finite("GaussianNllLoss", "noise_std", noise_std);
     check_positive("GaussianNllLoss", "noise_std", noise_std);
-    const auto variance =
-        pred.tape().constant(Tensor<T, B>::full(Shape{}, static_cast<T>(noise_std * noise_std)));
-    return gaussian_nll_loss(pred, variance, target, batch_dims, reduction);
+    return gaussian_nll_loss(pred, static_cast<T>(noise_std * noise_std), target, batch_dims,
+                             reduction);
   }
 };
 

@@ -1,5 +1,5 @@
 // add, sub, mul, div (with NumPy broadcasting), neg, the scalar forms
-// scale (x * s) and shift (x + s), the fused add_scaled (a + s b), and the
+// scale (x * s), shift (x + s) and div (x / s), the fused add_scaled (a + s b), and the
 // operators that spell them.
 #pragma once
 
@@ -138,6 +138,21 @@ Var<T, B> div(const Var<T, B>& a, const Var<T, B>& b) {
                   if (c.needs(1))
                     detail::set_sum_to(c, 1, div(mul(g, c.output()), c.input(1)), !negated);
                 });
+}
+
+// x / s in every element, rounded once: the bits of div(x, b) with b a
+// tensor of s, without the tensor (`x / s` is x (1 / s), rounded twice).
+template <class T, class B>
+Var<T, B> div(const Var<T, B>& x, T s) {
+  return record(
+      "div_scalar", {x}, raw::map(UnaryOp::div_scalar, x.value(), s),
+      [s](Backward<T, B>& c) {
+        if (const auto u = c.uniform_grad())
+          c.set_uniform(0, *u / s);
+        else
+          c.set(0, div(c.broadcast_grad(), s));
+      },
+      saves_nothing);
 }
 
 // a + s * b in one pass: the fused form of an SGD step (phi - alpha * g).

@@ -138,7 +138,7 @@ class ChunkResults {
     auto& dst = buffers_[chunk];
     if (buffers_.size() == 1) {
       for (std::size_t i = 0; i < grads.size(); ++i) {
-        // Two parts may get the same gradient (add's rule gives both its own).
+        // Two parts may get the same gradient (add's rule gives both the same one).
         const auto first = static_cast<std::size_t>(
             std::find(grads.begin(), grads.begin() + i, grads[i]) - grads.begin());
         dst.push_back(first < i ? dst[first].clone() : tape.take(grads[i]));
