@@ -476,6 +476,38 @@ TEST_CASE("rules that map their gradient elementwise read it unexpanded unless t
   }
 }
 
+TEST_CASE("slice's rule pads an unexpanded gradient and expands it in one call, same bits",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  // The bias transformation's v in the outer sweep: the gradient of x's
+  // slice arrives from sum_to's rule as [3, 1, 4], for a [3, 5, 4] slice of
+  // a [3, 5, 6] x. Without create_graph the pad reads it with stride 0 over
+  // the points (one call, no expand), with it the pad of the expanded
+  // gradient is recorded; x's gradient has the same bits both ways.
+  const auto x0 = normal({3, 5, 6}, 401), w0 = normal({3, 1, 4}, 402);
+  std::vector<double> results[2];
+  for (const bool create_graph : {false, true}) {
+    Tape<double, counted> tape;
+    const CountedVar x = tape.variable(x0.to<counted>()), w = tape.constant(w0.to<counted>());
+    const CountedVar y = sum(mul(sum_to(slice(x, -1, 1, 4), {3, 1, 4}), w));
+    counted::reset();
+    const auto g = grad(y, std::span<const CountedVar>(&x, 1), {.create_graph = create_graph})[0];
+    const KernelCalls calls = counted::calls();
+    CHECK((calls["strided_copy"] == 0) == !create_graph);
+    CHECK(calls["foreach_strided_copy"] == 1);
+    REQUIRE(g.shape() == x.shape());
+    results[create_graph] = g.value().to<cpu>().to_vector();
+  }
+  CHECK(results[0] == results[1]);
+  std::vector<double> expected(90, 0.0);  // w over the points, zeros outside the slice
+  const auto w = w0.to_vector();
+  for (std::size_t t = 0; t < 3; ++t)
+    for (std::size_t p = 0; p < 5; ++p)
+      for (std::size_t j = 0; j < 4; ++j) expected[(t * 5 + p) * 6 + 1 + j] = w[t * 4 + j];
+  CHECK(results[0] == expected);
+}
+
 TEST_CASE(
     "a ReLU layer's routed gradient and its bias's are one call in a sweep that records nothing, "
     "with the bits of the recorded rules",

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "platipus/backend/block_cache.hpp"
+#include "platipus/backend/counting.hpp"
 #include "platipus/backend/cpu/cpu.hpp"
 #include "platipus/tensor/elementwise.hpp"
 #include "platipus/tensor/index.hpp"
@@ -333,6 +334,60 @@ TEST_CASE("layout kernels: transpose, slice, pad, concat, expand", "[tensor]") {
   CHECK_THROWS_WITH(raw::slice(x, 1, 2, 2), Contains("slice") && Contains("[2, 3]"));
   const std::vector<const T*> twice{&x, &x};
   CHECK_THROWS_WITH((raw::concat<double, cpu>(twice, 2)), Contains("concat"));
+}
+
+TEST_CASE("pad and concat write their blocks and zeros with one call per four blocks", "[tensor]") {
+  using counted = CountingBackend<cpu>;
+  using C = Tensor<double, counted>;
+  const C x = iota({2, 2}).to<counted>();
+  for (const std::int64_t start : {0, 1, 3}) {
+    // The cached allocator hands pad the NaNs' buffer back: its zeros are
+    // written, not assumed.
+    { const C nans = C::full({2, 5}, std::nan("")); }
+    counted::reset();
+    const C y = raw::pad(x, 1, start, 5);
+    CHECK(counted::calls().total() == 1);
+    CHECK(counted::calls()["foreach_strided_copy"] == 1);
+    const auto padded = y.to_vector();
+    for (std::int64_t r = 0; r < 2; ++r)
+      for (std::int64_t j = 0; j < 5; ++j) {
+        const bool inside = j >= start && j < start + 2;
+        CHECK(padded[static_cast<std::size_t>(r * 5 + j)] ==
+              (inside ? static_cast<double>(r * 2 + j - start) : 0.0));
+      }
+  }
+  // Six parts, one of them broadcast along the rows: two calls.
+  std::vector<C> parts;
+  for (std::int64_t i = 0; i < 6; ++i)
+    parts.push_back(iota({i == 2 ? 1 : 2, i + 1}, 10.0 * i).to<counted>());
+  std::vector<const C*> pointers;
+  for (const auto& part : parts) pointers.push_back(&part);
+  counted::reset();
+  const auto joined = raw::expand_concat(std::span<const C* const>(pointers), 1);
+  CHECK(counted::calls()["foreach_strided_copy"] == 2);
+  CHECK(counted::calls().total() == 2);
+  REQUIRE(joined.shape() == Shape{2, 21});
+  const auto got = joined.to_vector();
+  std::size_t at = 0;
+  for (std::int64_t r = 0; r < 2; ++r)
+    for (std::int64_t i = 0; i < 6; ++i)
+      for (std::int64_t j = 0; j < i + 1; ++j)
+        CHECK(got[at++] == 10.0 * i + (i == 2 ? 0 : r * (i + 1)) + j);
+}
+
+TEST_CASE("expand_pad is expand then pad in one call, and names the shapes it cannot join",
+          "[tensor]") {
+  using counted = CountingBackend<cpu>;
+  using C = Tensor<double, counted>;
+  const C x = iota({2, 1, 3}).to<counted>();
+  counted::reset();
+  const C y = raw::expand_pad(x, -1, 2, Shape{2, 4, 7});
+  CHECK(counted::calls().total() == 1);
+  CHECK(y.to_vector() == raw::pad(raw::expand(x, {2, 4, 3}), -1, 2, 7).to_vector());
+  CHECK_THROWS_WITH(raw::expand_pad(x, -1, 5, Shape{2, 4, 7}),
+                    Contains("pad") && Contains("offset 5"));
+  CHECK_THROWS_WITH(raw::expand_pad(x, -1, 0, Shape{3, 4, 7}),
+                    Contains("pad") && Contains("[2, 1, 3]"));
 }
 
 TEST_CASE("gather and scatter_add are adjoint", "[tensor]") {

@@ -220,6 +220,28 @@ TEMPLATE_TEST_CASE("strided copies match the CPU backend", "[cuda][backend]", fl
   const std::array<const Tensor<T, cuda>*, 2> device_parts{&dx, &dy};
   check_close(raw::concat(std::span<const Tensor<T>* const>(host_parts), 1),
               raw::concat(std::span<const Tensor<T, cuda>* const>(device_parts), 1), 0, "concat");
+  // foreach_strided_copy: a pad's zeros on either side or one, and six parts
+  // (two calls), some broadcast.
+  check_close(raw::pad(x, 3, 0, 8), raw::pad(dx, 3, 0, 8), 0, "pad at the start");
+  check_close(raw::pad(x, 0, 4, 7), raw::pad(dx, 0, 4, 7), 0, "pad at the end");
+  const Tensor<T> v = normal<T>({2, 1, 3}, 19);
+  check_close(raw::expand_pad(v, -1, 2, {2, 5, 7}), raw::expand_pad(on_device(v), -1, 2, {2, 5, 7}),
+              0, "expand_pad");
+  std::vector<Tensor<T>> many;
+  std::vector<Tensor<T, cuda>> many_on_device;
+  for (int i = 0; i < 6; ++i) {
+    many.push_back(normal<T>({i % 2 == 0 ? 3 : 1, 4, i + 1}, 20 + static_cast<std::uint64_t>(i)));
+    many_on_device.push_back(on_device(many.back()));
+  }
+  std::vector<const Tensor<T>*> host_many;
+  std::vector<const Tensor<T, cuda>*> device_many;
+  for (int i = 0; i < 6; ++i) {
+    host_many.push_back(&many[static_cast<std::size_t>(i)]);
+    device_many.push_back(&many_on_device[static_cast<std::size_t>(i)]);
+  }
+  check_close(raw::expand_concat(std::span<const Tensor<T>* const>(host_many), -1),
+              raw::expand_concat(std::span<const Tensor<T, cuda>* const>(device_many), -1), 0,
+              "expand_concat of six parts");
 }
 
 TEMPLATE_TEST_CASE("gather and scatter-add match the CPU backend, repeated indices included",

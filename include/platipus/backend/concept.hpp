@@ -20,6 +20,7 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
                            double* yd, const double* xd, std::int64_t n, const std::int64_t* index,
                            const BroadcastLayout& bl, const ReduceLayout& rl, const CopyLayout& cl,
                            const GemmLayout<float>& gf, const GemmLayout<double>& gd,
+                           const CopiesLayout<float>& cf, const CopiesLayout<double>& cd,
                            const LinearLayout<float>& lf, const LinearLayout<double>& ld,
                            const BiasLayout& bias, const PiecesLayout<float>& pf,
                            const PiecesLayout<double>& pd, const SubMulLayout<float>& mf,
@@ -100,9 +101,12 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   {B::reduce(ReduceOp::sum, x, y, rl)};
   {B::reduce(ReduceOp::sum, xd, yd, rl)};
 
-  // Strided copy (transpose, slice, concat, pad, expand).
+  // Strided copy (transpose, slice, expand), and several in one call, a
+  // null source writing zeros (concat, pad).
   {B::strided_copy(x, y, cl)};
   {B::strided_copy(xd, yd, cl)};
+  {B::foreach_strided_copy(cf)};
+  {B::foreach_strided_copy(cd)};
 
   // Strided batched GEMM, row-major, with transposes.
   {B::gemm(gf, x, x, y)};

@@ -162,6 +162,11 @@ struct CountingBackend : B {
     B::strided_copy(src, dst, l);
   }
   template <class T>
+  static void foreach_strided_copy(const CopiesLayout<T>& l) {
+    count("foreach_strided_copy");
+    B::foreach_strided_copy(l);
+  }
+  template <class T>
   static void gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c) {
     count("gemm");
     B::gemm(g, a, b, c);

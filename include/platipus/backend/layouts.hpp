@@ -53,6 +53,20 @@ struct CopyLayout {
   }
 };
 
+// Up to `capacity` strided copies by one call (one kernel on a device): copy
+// i writes its block (copy[i], n[i] elements) from src[i] into dst[i], or
+// zeros where src[i] is null. A concat's parts, and a pad's block beside its
+// zeros, in one call.
+template <class T>
+struct CopiesLayout {
+  static constexpr int capacity = 4;
+  int count = 0;
+  std::array<const T*, capacity> src{};
+  std::array<T*, capacity> dst{};
+  std::array<CopyLayout, capacity> copy{};
+  std::array<std::int64_t, capacity> n{};
+};
+
 // C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b] for b < batch, row-major,
 // op(A) is m x k and op(B) is k x n. A batch stride of 0 reuses one matrix.
 template <class T>

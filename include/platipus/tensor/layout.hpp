@@ -1,6 +1,7 @@
 // Raw layout kernels: transpose, expand (materialised broadcast), slice,
-// pad (the adjoint of slice), concat and expand_concat, all on one
-// strided-copy primitive.
+// pad (the adjoint of slice), concat, and expand_pad and expand_concat, whose
+// parts broadcast: all strided copies (a pad's and a concat's blocks in one
+// backend call).
 #pragma once
 
 #include <span>
@@ -33,6 +34,30 @@ void copy_block(const T* src, const Strides& ss, T* dst, const Strides& sd, cons
   if (dims.numel() == 0) return;
   B::strided_copy(src, dst, copy_layout(dims, ss, sd));
 }
+
+// Blocks written by one backend call per CopiesLayout's capacity
+// (foreach_strided_copy), each copied as copy_block would or, from a null
+// source, zeros: a concat's parts, a pad's block and its zeros.
+template <class T, class B>
+class BlockCopies {
+ public:
+  void add(const T* src, const Strides& ss, T* dst, const Strides& sd, const Shape& dims) {
+    if (dims.numel() == 0) return;
+    if (layout_.count == layout_.capacity) run();
+    const auto i = static_cast<std::size_t>(layout_.count++);
+    layout_.src[i] = src;
+    layout_.dst[i] = dst;
+    layout_.copy[i] = copy_layout(dims, ss, sd);
+    layout_.n[i] = dims.numel();
+  }
+  void run() {
+    if (layout_.count > 0) B::foreach_strided_copy(layout_);
+    layout_ = {};
+  }
+
+ private:
+  CopiesLayout<T> layout_;
+};
 
 }  // namespace detail
 
@@ -82,19 +107,45 @@ Tensor<T, B> slice(const Tensor<T, B>& x, int axis, std::int64_t start, std::int
   return y;
 }
 
+// x expanded to `shape` outside `axis` (NumPy's rules at one rank) and
+// placed at offset `start` along it, zeros elsewhere: the bits of expand,
+// then pad, in one call and without the expanded tensor.
+template <class T, class B>
+Tensor<T, B> expand_pad(const Tensor<T, B>& x, int axis, std::int64_t start, const Shape& shape) {
+  const int a = x.shape().normalize_axis(axis, "pad");
+  check(shape.rank() == x.rank(), "pad", "cannot pad {} to {}", x.shape(), shape);
+  Shape block = shape;
+  block[a] = x.shape()[a];
+  check(broadcast_shapes(x.shape(), block, "pad") == block, "pad", "cannot expand {} to {}",
+        x.shape(), block);
+  check(start >= 0 && start + block[a] <= shape[a], "pad",
+        "block of {} at offset {} does not fit in {}", block[a], start, shape[a]);
+  const Strides cx = contiguous_strides(x.shape());
+  Strides src{};
+  for (int i = 0; i < x.rank(); ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    src[k] = x.shape()[i] == block[i] ? cx[k] : 0;
+  }
+  Tensor<T, B> y(shape);
+  const Strides cd = contiguous_strides(shape);
+  const std::int64_t step = cd[static_cast<std::size_t>(a)], end = start + block[a];
+  Shape zeros = shape;  // before the block, then after it
+  zeros[a] = start;
+  detail::BlockCopies<T, B> copies;
+  copies.add(nullptr, {}, y.data(), cd, zeros);
+  copies.add(x.data(), src, y.data() + start * step, cd, block);
+  zeros[a] = shape[a] - end;
+  copies.add(nullptr, {}, y.data() + end * step, cd, zeros);
+  copies.run();
+  return y;
+}
+
 // Zeros of extent `total` along `axis`, with x placed at offset `start`.
 template <class T, class B>
 Tensor<T, B> pad(const Tensor<T, B>& x, int axis, std::int64_t start, std::int64_t total) {
-  const int a = x.shape().normalize_axis(axis, "pad");
-  check(start >= 0 && start + x.shape()[a] <= total, "pad",
-        "block of {} at offset {} does not fit in {}", x.shape()[a], start, total);
-  Shape out_shape = x.shape();
-  out_shape[a] = total;
-  Tensor<T, B> y = Tensor<T, B>::zeros(out_shape);
-  const Strides cd = contiguous_strides(out_shape);
-  detail::copy_block<T, B>(x.data(), contiguous_strides(x.shape()),
-                           y.data() + start * cd[static_cast<std::size_t>(a)], cd, x.shape());
-  return y;
+  Shape shape = x.shape();
+  shape[x.shape().normalize_axis(axis, "pad")] = total;
+  return expand_pad(x, axis, start, shape);
 }
 
 namespace detail {
@@ -103,6 +154,7 @@ namespace detail {
 template <class T, class B>
 void concat_into(std::span<const Tensor<T, B>* const> parts, int a, Tensor<T, B>& y) {
   const Strides cd = contiguous_strides(y.shape());
+  BlockCopies<T, B> copies;
   std::int64_t offset = 0;
   for (const auto* p : parts) {
     Shape block = y.shape();
@@ -113,21 +165,19 @@ void concat_into(std::span<const Tensor<T, B>* const> parts, int a, Tensor<T, B>
       const auto s = static_cast<std::size_t>(i);
       src[s] = p->shape()[i] == block[i] ? cp[s] : 0;
     }
-    copy_block<T, B>(p->data(), src, y.data() + offset * cd[static_cast<std::size_t>(a)], cd,
-                     block);
+    copies.add(p->data(), src, y.data() + offset * cd[static_cast<std::size_t>(a)], cd, block);
     offset += block[a];
   }
+  copies.run();
 }
 
-// The shape of the parts joined along axis `a`, their other extents
-// broadcast where `broadcast` allows it (NumPy's rules at one rank), else
-// equal; checked, naming `who`.
+// The shape of the parts joined along axis `a` (normalised), their other
+// extents broadcast where `broadcast` allows it (NumPy's rules at one rank),
+// else equal; checked, naming `who`.
 template <class T, class B>
-Shape joined_shape(std::span<const Tensor<T, B>* const> parts, int axis, bool broadcast,
+Shape joined_shape(std::span<const Tensor<T, B>* const> parts, int a, bool broadcast,
                    std::string_view who) {
-  check(!parts.empty(), who, "no tensors given");
   const Shape& first = parts[0]->shape();
-  const int a = first.normalize_axis(axis, who);
   Shape out = first;
   out[a] = 0;
   for (const auto* p : parts) {
@@ -145,25 +195,33 @@ Shape joined_shape(std::span<const Tensor<T, B>* const> parts, int axis, bool br
   }
   return out;
 }
+
+// concat's and expand_concat's one body: the parts joined along `axis`,
+// broadcast outside it where `broadcast` allows.
+template <class T, class B>
+Tensor<T, B> join(std::span<const Tensor<T, B>* const> parts, int axis, bool broadcast,
+                  std::string_view who) {
+  check(!parts.empty(), who, "no tensors given");
+  const int a = parts[0]->shape().normalize_axis(axis, who);
+  Tensor<T, B> y(joined_shape(parts, a, broadcast, who));
+  concat_into(parts, a, y);
+  return y;
+}
 }  // namespace detail
 
 // Joins tensors along `axis`; all other extents must agree. `parts` are
 // pointers so that callers can concatenate without moving their tensors.
 template <class T, class B>
 Tensor<T, B> concat(std::span<const Tensor<T, B>* const> parts, int axis) {
-  Tensor<T, B> y(detail::joined_shape(parts, axis, false, "concat"));
-  detail::concat_into(parts, parts[0]->shape().normalize_axis(axis, "concat"), y);
-  return y;
+  return detail::join(parts, axis, false, "concat");
 }
 
 // concat of the parts each expanded to the others' extents outside `axis`
 // (parts of one rank, NumPy's rules): the bits of expand, then concat, with
-// one copy per part and no expanded tensor in between.
+// no expanded tensor in between.
 template <class T, class B>
 Tensor<T, B> expand_concat(std::span<const Tensor<T, B>* const> parts, int axis) {
-  Tensor<T, B> y(detail::joined_shape(parts, axis, true, "expand_concat"));
-  detail::concat_into(parts, parts[0]->shape().normalize_axis(axis, "expand_concat"), y);
-  return y;
+  return detail::join(parts, axis, true, "expand_concat");
 }
 
 }  // namespace platipus::raw

@@ -46,18 +46,6 @@ void concat_backward(Backward<T, B>& c, int a, std::span<const std::int64_t> siz
     if (c.needs(i)) c.set(i, sum_to(pieces[i], c.input(i).shape()));
 }
 
-// Records concat's or expand_concat's `value` of `parts` along axis `a`.
-template <class T, class B>
-Var<T, B> record_concat(const char* name, std::span<const Var<T, B>> parts, int a,
-                        Tensor<T, B> value) {
-  std::vector<std::int64_t> sizes;
-  for (const auto& p : parts) sizes.push_back(p.shape()[a]);
-  return record(
-      name, parts, std::move(value),
-      [a, sizes = std::move(sizes)](Backward<T, B>& c) { concat_backward(c, a, sizes); },
-      saves_nothing);
-}
-
 template <class T, class B>
 std::vector<const Tensor<T, B>*> values_of(std::span<const Var<T, B>> parts, std::string_view who) {
   check(!parts.empty(), who, "no tensors given");
@@ -69,14 +57,26 @@ std::vector<const Tensor<T, B>*> values_of(std::span<const Var<T, B>> parts, std
   return values;
 }
 
+// concat's and expand_concat's one body: raw::detail::join's value,
+// recorded with concat_backward.
+template <class T, class B>
+Var<T, B> join(std::span<const Var<T, B>> parts, int axis, bool broadcast, const char* name) {
+  const auto values = values_of(parts, name);
+  auto y = raw::detail::join(std::span<const Tensor<T, B>* const>(values), axis, broadcast, name);
+  const int a = parts[0].shape().normalize_axis(axis, name);
+  std::vector<std::int64_t> sizes;
+  for (const auto& p : parts) sizes.push_back(p.shape()[a]);
+  return record(
+      name, parts, std::move(y),
+      [a, sizes = std::move(sizes)](Backward<T, B>& c) { concat_backward(c, a, sizes); },
+      saves_nothing);
+}
+
 }  // namespace detail
 
 template <class T, class B>
 Var<T, B> concat(std::span<const Var<T, B>> parts, int axis) {
-  const auto values = detail::values_of(parts, "concat");
-  auto y = raw::concat(std::span<const Tensor<T, B>* const>(values), axis);
-  return detail::record_concat("concat", parts, parts[0].shape().normalize_axis(axis, "concat"),
-                               std::move(y));
+  return detail::join(parts, axis, false, "concat");
 }
 
 template <class T, class B>
@@ -90,10 +90,7 @@ Var<T, B> concat(std::initializer_list<Var<T, B>> parts, int axis) {
 // with v broadcast over the points.
 template <class T, class B>
 Var<T, B> expand_concat(std::span<const Var<T, B>> parts, int axis) {
-  const auto values = detail::values_of(parts, "expand_concat");
-  auto y = raw::expand_concat(std::span<const Tensor<T, B>* const>(values), axis);
-  return detail::record_concat(
-      "expand_concat", parts, parts[0].shape().normalize_axis(axis, "expand_concat"), std::move(y));
+  return detail::join(parts, axis, true, "expand_concat");
 }
 
 template <class T, class B>
@@ -134,9 +131,21 @@ Var<T, B> pad(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t tot
 template <class T, class B>
 Var<T, B> slice(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t length) {
   const int a = x.shape().normalize_axis(axis, "slice");
-  return record(
-      "slice", {x}, raw::slice(x.value(), a, start, length),
-      [a, start](Backward<T, B>& c) { c.set(0, pad(c.grad(), a, start, c.input(0).shape()[a])); });
+  return record("slice", {x}, raw::slice(x.value(), a, start, length),
+                [a, start](Backward<T, B>& c) {
+                  const Shape& in = c.input(0).shape();
+                  // A gradient that arrived unexpanded along other axes (the
+                  // bias transformation's v, summed over the points) is
+                  // expanded by the pad's own copy where nothing records.
+                  if (!GradMode::enabled() && !c.uniform_grad()) {
+                    const Var<T, B> g = c.broadcast_grad();
+                    if (g.shape()[a] == c.output().shape()[a]) {
+                      c.set(0, c.tape().constant(raw::expand_pad(g.value(), a, start, in)));
+                      return;
+                    }
+                  }
+                  c.set(0, pad(c.grad(), a, start, in[a]));
+                });
 }
 
 // Zeros of extent `total` along `axis` with x placed at `start`.

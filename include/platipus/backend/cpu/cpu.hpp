@@ -224,6 +224,15 @@ struct cpu {
     });
   }
 
+  template <class T>
+  static void foreach_strided_copy(const CopiesLayout<T>& l) {
+    for (int i = 0; i < l.count; ++i)
+      if (l.src[i])
+        strided_copy(l.src[i], l.dst[i], l.copy[i]);
+      else
+        zero_block(l.dst[i], l.copy[i]);
+  }
+
   // ---- GEMM ----
   template <class T>
   static void gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c) {
@@ -438,6 +447,21 @@ struct cpu {
   }
   static void raw_free(void* p) { ::operator delete (p, std::align_val_t{alignment}); }
   using Cache = detail::BlockCache<&raw_allocate, &raw_free>;
+
+  // Zeros into strided_copy's destination block.
+  template <class T>
+  static void zero_block(T* dst, const CopyLayout& l) {
+    if (l.rank == 0) {
+      *dst = T(0);
+      return;
+    }
+    const int last = l.rank - 1;
+    const std::int64_t inner = l.dims[last], sd = l.stride_dst[last];
+    for_each_row(l.rank, l.dims, l.stride_dst, l.stride_dst, [&](auto od, auto) {
+      T* d = dst + od;
+      for (std::int64_t i = 0; i < inner; ++i) d[i * sd] = T(0);
+    });
+  }
 
   // Calls f(offset0, offset1) for every row (every multi-index over all axes
   // but the last): the offsets of its first element under strides s0 and s1,

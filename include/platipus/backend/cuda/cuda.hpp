@@ -98,6 +98,8 @@ struct cuda {
   // ---- layout ----
   template <class T>
   static void strided_copy(const T* src, T* dst, const CopyLayout& l);
+  template <class T>
+  static void foreach_strided_copy(const CopiesLayout<T>& l);
 
   // ---- GEMM ----
   template <class T>

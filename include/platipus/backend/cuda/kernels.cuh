@@ -331,6 +331,21 @@ __global__ void copy_kernel(const T* src, T* dst, CopyLayout l, I n) {
   }
 }
 
+// blockIdx.y picks the copy, as in the foreach kernels; a null source writes
+// zeros.
+template <class T, class I>
+__global__ void foreach_copy_kernel(CopiesLayout<T> l) {
+  const int k = static_cast<int>(blockIdx.y);
+  const T* src = l.src[k];
+  T* dst = l.dst[k];
+  const CopyLayout& c = l.copy[k];
+  const I n = static_cast<I>(l.n[k]);
+  for (I i = static_cast<I>(thread_index()); i < n; i += static_cast<I>(thread_count())) {
+    const Offsets<I> o = offsets<I>(i, c.rank, c.dims, c.stride_src, c.stride_dst);
+    dst[o.second] = src ? src[o.first] : T(0);
+  }
+}
+
 // The [outer, axis, inner] position in the larger tensor of element i of the
 // [outer, count, inner] one.
 __device__ inline std::int64_t indexed_position(std::int64_t i, const std::int64_t* index,
@@ -725,6 +740,20 @@ void cuda::strided_copy(const T* src, T* dst, const CopyLayout& l) {
   else
     cuda_kernels::launch("cuda::strided_copy", n, cuda_kernels::copy_kernel<T, std::int64_t>, src,
                          dst, l, n);
+}
+
+template <class T>
+void cuda::foreach_strided_copy(const CopiesLayout<T>& l) {
+  bool fits = true;
+  for (int k = 0; k < l.count; ++k)
+    fits = fits && cuda_kernels::fits_int32(l.n[k], l.copy[k].rank, l.copy[k].dims,
+                                            l.copy[k].stride_src, l.copy[k].stride_dst);
+  if (fits)
+    cuda_kernels::launch_foreach("cuda::foreach_strided_copy", l,
+                                 cuda_kernels::foreach_copy_kernel<T, std::int32_t>, l);
+  else
+    cuda_kernels::launch_foreach("cuda::foreach_strided_copy", l,
+                                 cuda_kernels::foreach_copy_kernel<T, std::int64_t>, l);
 }
 
 template <class T>
