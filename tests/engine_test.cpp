@@ -228,6 +228,28 @@ TEST_CASE("rules pass a negated gradient's sign on where no kernel must negate i
   }
 }
 
+TEST_CASE("sum_to's rule passes a negated gradient's sign on, the gradient unexpanded",
+          "[grad][backend]") {
+  // y's column sums s = sum_to(y, [1, 4]) get sub's negated gradient -3 r
+  // (r = x[0], the [1, 4] term added to each of 3 rows), which sum_to's rule
+  // hands to y unexpanded and still negated: it meets y's own 2 x y in
+  // add_n, repeated over the rows and subtracted, with no neg, where a
+  // recording sweep records the neg: the same bits.
+  Tape<float, counted> tape;
+  const auto inputs = two_variables(tape, 84);
+  const auto& [x, y] = inputs;
+  const C first_row = slice(x, 0, 0, 1);
+  const C out = sum(add(mul(sub(first_row, sum_to(y, {1, 4})), first_row), mul(x, square(y))));
+  const CountedSweep held = counted_sweep(out, inputs, false);
+  const CountedSweep recorded = counted_sweep(out, inputs, true);
+  CHECK(held.calls["unary neg"] == 0u);
+  CHECK(recorded.calls["unary neg"] >= 1u);
+  CHECK(held.grads == recorded.grads);
+  const auto xs = x.value().to<cpu>().to_vector(), ys = y.value().to<cpu>().to_vector();
+  for (std::size_t i = 0; i < ys.size(); ++i)
+    CHECK(held.grads[1][i] == Approx(2.f * xs[i] * ys[i] - 3.f * xs[i % 4]));
+}
+
 TEST_CASE("a gradient known to be one value in every element takes no kernel until read",
           "[grad][backend]") {
   // A mean squared error: the seed, the mean's scale, its sum's broadcast and

@@ -45,10 +45,12 @@ Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
   return record(
       "sum_to", {x}, raw::sum_to(x.value(), shape),
       [](Backward<T, B>& c) {
-        if (const auto u = c.uniform_grad())
+        if (const auto u = c.uniform_grad()) {
           c.set_uniform(0, *u);
-        else
-          c.set(0, detail::unexpanded(c.broadcast_grad(), c.input(0).shape()));
+        } else {
+          const auto [g, negated] = c.signed_broadcast_grad();
+          c.set(0, detail::unexpanded(g, c.input(0).shape()), negated);
+        }
       },
       saves_nothing);
 }
