@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "derivative_checks.hpp"
@@ -28,11 +29,12 @@ Tensor<double> normal(const Shape& shape, std::uint64_t seed, double offset = 0,
   return raw::map(UnaryOp::add_scalar, raw::map(UnaryOp::scale, z, scale), offset);
 }
 
-// A float tensor's elements as bits, whose == sees signed zeros.
-template <class B>
-std::vector<std::uint32_t> bits(const Tensor<float, B>& t) {
-  std::vector<std::uint32_t> out;
-  for (const float x : t.to_vector()) out.push_back(std::bit_cast<std::uint32_t>(x));
+// A tensor's elements as bits, whose == sees signed zeros.
+template <class T, class B>
+auto bits(const Tensor<T, B>& t) {
+  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  std::vector<U> out;
+  for (const T x : t.to_vector()) out.push_back(std::bit_cast<U>(x));
   return out;
 }
 
@@ -486,7 +488,7 @@ TEST_CASE("slice's rule pads an unexpanded gradient and expands it in one call, 
   // the points (one call, no expand), with it the pad of the expanded
   // gradient is recorded; x's gradient has the same bits both ways.
   const auto x0 = normal({3, 5, 6}, 401), w0 = normal({3, 1, 4}, 402);
-  std::vector<double> results[2];
+  std::vector<std::uint64_t> results[2];
   for (const bool create_graph : {false, true}) {
     Tape<double, counted> tape;
     const CountedVar x = tape.variable(x0.to<counted>()), w = tape.constant(w0.to<counted>());
@@ -497,15 +499,15 @@ TEST_CASE("slice's rule pads an unexpanded gradient and expands it in one call, 
     CHECK((calls["strided_copy"] == 0) == !create_graph);
     CHECK(calls["foreach_strided_copy"] == 1);
     REQUIRE(g.shape() == x.shape());
-    results[create_graph] = g.value().to<cpu>().to_vector();
+    results[create_graph] = bits(g.value());
   }
   CHECK(results[0] == results[1]);
-  std::vector<double> expected(90, 0.0);  // w over the points, zeros outside the slice
+  std::vector<double> expected(90, 0.0);  // w over the points, +0 outside the slice
   const auto w = w0.to_vector();
   for (std::size_t t = 0; t < 3; ++t)
     for (std::size_t p = 0; p < 5; ++p)
       for (std::size_t j = 0; j < 4; ++j) expected[(t * 5 + p) * 6 + 1 + j] = w[t * 4 + j];
-  CHECK(results[0] == expected);
+  CHECK(results[0] == bits(Tensor<double>::from_host({3, 5, 6}, expected)));
 }
 
 TEST_CASE(
@@ -860,24 +862,27 @@ TEST_CASE("div by a scalar has the bits of div by a tensor of it, to the second 
   using CountedVar = Var<float, counted>;
   Generator gen(411);
   const auto x0 = raw::normal<float>({4, 3}, gen), w0 = raw::normal<float>({4, 3}, gen);
-  for (const float s : {0.09f, -3.f}) {
-    std::vector<float> results[2];
-    for (const bool scalar : {false, true}) {
-      Tape<float, counted> tape;
-      const CountedVar x = tape.variable(x0.to<counted>()), w = tape.constant(w0.to<counted>());
-      const auto q =
-          scalar ? div(x, s) : div(x, tape.constant(Tensor<float, counted>::full({}, s)));
-      // The first term's gradient is a tensor, the second's one host value.
-      const CountedVar loss = sum(add(mul(q, w), square(x))) + mean(q);
-      const auto g = grad(loss, std::span<const CountedVar>(&x, 1))[0];
-      const auto g2 = grad(loss, std::span<const CountedVar>(&x, 1), {.create_graph = true})[0];
-      const auto h = grad(sum(mul(g2, g2)), std::span<const CountedVar>(&x, 1))[0];
-      results[scalar] = q.value().to<cpu>().to_vector();
-      for (const auto& v : {g, g2, h})
-        for (const float e : v.value().to<cpu>().to_vector()) results[scalar].push_back(e);
+  for (const float s : {0.09f, -3.f})
+    for (const bool uniform : {false, true}) {
+      std::vector<std::uint32_t> results[2];
+      for (const bool scalar : {false, true}) {
+        Tape<float, counted> tape;
+        const CountedVar x = tape.variable(x0.to<counted>()), w = tape.constant(w0.to<counted>());
+        const auto divided = [&](const CountedVar& a) {
+          return scalar ? div(a, s) : div(a, tape.constant(Tensor<float, counted>::full({}, s)));
+        };
+        // The quotient's gradient one host value (a mean's, divided on the
+        // host), or a tensor, negated by sub.
+        const CountedVar loss =
+            uniform ? mean(divided(square(x))) : sum(sub(square(x), mul(divided(x), w)));
+        const auto g = grad(loss, std::span<const CountedVar>(&x, 1))[0];
+        const auto g2 = grad(loss, std::span<const CountedVar>(&x, 1), {.create_graph = true})[0];
+        const auto h = grad(sum(mul(g2, g2)), std::span<const CountedVar>(&x, 1))[0];
+        for (const auto& v : {loss, g, g2, h})
+          for (const auto b : bits(v.value())) results[scalar].push_back(b);
+      }
+      CHECK(results[0] == results[1]);
     }
-    CHECK(results[0] == results[1]);
-  }
 }
 
 TEST_CASE(
@@ -890,7 +895,7 @@ TEST_CASE(
   const auto p0 = raw::normal<float>({2, 5, 1}, gen), y0 = raw::normal<float>({2, 5, 1}, gen);
   for (const double noise_std : {0.3, 1.7})
     for (const auto reduction : {Reduction::mean, Reduction::sum}) {
-      std::vector<float> results[2];
+      std::vector<std::uint32_t> results[2];
       KernelCalls forward[2], backward[2];
       for (const bool host : {false, true}) {
         Tape<float, counted> tape;
@@ -909,7 +914,7 @@ TEST_CASE(
         const auto g2 = grad(loss, std::span<const CountedVar>(&p, 1), {.create_graph = true})[0];
         const auto h = grad(sum(mul(g2, g2)), std::span<const CountedVar>(&p, 1))[0];
         for (const auto& r : {per_task, g, g2, h})
-          for (const float e : r.value().to<cpu>().to_vector()) results[host].push_back(e);
+          for (const auto b : bits(r.value())) results[host].push_back(b);
       }
       CHECK(results[0] == results[1]);
       // The tensor's log, and the add that broadcasts it, become a shift.

@@ -2,6 +2,7 @@
 // op code, broadcast, reduction, copy, index and GEMM case; the Philox fills
 // (bit for bit where the formula is exact); errors; and host threads.
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "parity.hpp"
@@ -221,8 +222,12 @@ TEMPLATE_TEST_CASE("strided copies match the CPU backend", "[cuda][backend]", fl
   check_close(raw::concat(std::span<const Tensor<T>* const>(host_parts), 1),
               raw::concat(std::span<const Tensor<T, cuda>* const>(device_parts), 1), 0, "concat");
   // foreach_strided_copy: a pad's zeros on either side or one, and six parts
-  // (two calls), some broadcast.
+  // (two calls), some broadcast. The cached allocator hands each pad the
+  // NaNs' buffer back, so that its zeros must be written, not found.
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  { const auto nans = Tensor<T, cuda>::full({3, 4, 5, 8}, nan); }
   check_close(raw::pad(x, 3, 0, 8), raw::pad(dx, 3, 0, 8), 0, "pad at the start");
+  { const auto nans = Tensor<T, cuda>::full({7, 4, 5, 6}, nan); }
   check_close(raw::pad(x, 0, 4, 7), raw::pad(dx, 0, 4, 7), 0, "pad at the end");
   const Tensor<T> v = normal<T>({2, 1, 3}, 19);
   check_close(raw::expand_pad(v, -1, 2, {2, 5, 7}), raw::expand_pad(on_device(v), -1, 2, {2, 5, 7}),

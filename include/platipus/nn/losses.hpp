@@ -125,7 +125,8 @@ Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
   check(broadcast_shapes(variance.shape(), mean_.shape(), name) == mean_.shape(), name,
         "variance {} does not broadcast to mean {}", variance.shape(), mean_.shape());
   // (mean - target)^2 has the bits of (target - mean)^2, and its gradient
-  // into mean needs no negation.
+  // into mean needs no negation (its bits too, but where mean equals
+  // target: +0 where it was -0).
   const auto per_point = scale(
       shift(add(log(variance), div(square(sub(mean_, target)), variance)), detail::log_two_pi<T>()),
       T(0.5));
@@ -138,7 +139,9 @@ Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
 // CPU, without the tensor, its log and its broadcast add (log v is a shift)
 // and with no kernel for the gradient but square's scale: dividing by a
 // scalar keeps a loss's gradient one host value (Backward::uniform_grad)
-// where dividing by a tensor made it one (issue 38).
+// where dividing by a tensor made it a tensor (issue 38). The log is the
+// host's, which on a device may differ from the device's by an ulp: the
+// loss's value, not its gradient (docs/architecture.md).
 template <class T, class B>
 Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, T variance, const Var<T, B>& target,
                             int batch_dims = 0, Reduction reduction = Reduction::mean) {

@@ -111,14 +111,15 @@ Tensor<T, B> slice(const Tensor<T, B>& x, int axis, std::int64_t start, std::int
 // placed at offset `start` along it, zeros elsewhere: the bits of expand,
 // then pad, in one call and without the expanded tensor.
 template <class T, class B>
-Tensor<T, B> expand_pad(const Tensor<T, B>& x, int axis, std::int64_t start, const Shape& shape) {
-  const int a = x.shape().normalize_axis(axis, "pad");
-  check(shape.rank() == x.rank(), "pad", "cannot pad {} to {}", x.shape(), shape);
+Tensor<T, B> expand_pad(const Tensor<T, B>& x, int axis, std::int64_t start, const Shape& shape,
+                        std::string_view who = "expand_pad") {
+  const int a = x.shape().normalize_axis(axis, who);
+  check(shape.rank() == x.rank(), who, "cannot pad {} to {}", x.shape(), shape);
   Shape block = shape;
   block[a] = x.shape()[a];
-  check(broadcast_shapes(x.shape(), block, "pad") == block, "pad", "cannot expand {} to {}",
-        x.shape(), block);
-  check(start >= 0 && start + block[a] <= shape[a], "pad",
+  check(broadcast_shapes(x.shape(), block, who) == block, who, "cannot expand {} to {}", x.shape(),
+        block);
+  check(start >= 0 && start + block[a] <= shape[a], who,
         "block of {} at offset {} does not fit in {}", block[a], start, shape[a]);
   const Strides cx = contiguous_strides(x.shape());
   Strides src{};
@@ -145,7 +146,7 @@ template <class T, class B>
 Tensor<T, B> pad(const Tensor<T, B>& x, int axis, std::int64_t start, std::int64_t total) {
   Shape shape = x.shape();
   shape[x.shape().normalize_axis(axis, "pad")] = total;
-  return expand_pad(x, axis, start, shape);
+  return expand_pad(x, axis, start, shape, "pad");
 }
 
 namespace detail {

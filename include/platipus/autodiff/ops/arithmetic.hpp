@@ -147,10 +147,12 @@ Var<T, B> div(const Var<T, B>& x, T s) {
   return record(
       "div_scalar", {x}, raw::map(UnaryOp::div_scalar, x.value(), s),
       [s](Backward<T, B>& c) {
-        if (const auto u = c.uniform_grad())
+        if (const auto u = c.uniform_grad()) {
           c.set_uniform(0, *u / s);
-        else
-          c.set(0, div(c.broadcast_grad(), s));
+        } else {  // (-g) / s is -(g / s) to the bit
+          const auto [g, negated] = c.signed_broadcast_grad();
+          c.set(0, div(g, s), negated);
+        }
       },
       saves_nothing);
 }

@@ -136,7 +136,9 @@ Var<T, B> slice(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t l
                   const Shape& in = c.input(0).shape();
                   // A gradient that arrived unexpanded along other axes (the
                   // bias transformation's v, summed over the points) is
-                  // expanded by the pad's own copy where nothing records.
+                  // expanded by the pad's own copy where nothing records. A
+                  // one-value gradient is filled at the output's shape (at
+                  // one value it would want an expand along the axis too).
                   if (!GradMode::enabled() && !c.uniform_grad()) {
                     const Var<T, B> g = c.broadcast_grad();
                     if (g.shape()[a] == c.output().shape()[a]) {
