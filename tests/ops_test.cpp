@@ -1332,8 +1332,11 @@ TEST_CASE("expand_concat has the bits of expand then concat, and so have its der
   Generator gen(139);
   const auto x0 = raw::normal<float>({3, 4, 1}, gen), v0 = raw::normal<float>({3, 1, 5}, gen),
              r0 = raw::normal<float>({3, 4, 6}, gen);
-  // x data (one part wants a gradient: a slice) or a variable (both: a split).
-  const auto sweep = [&](bool fused, bool x_variable) {
+  // x data (one part wants a gradient: a slice) or a variable (both: a
+  // split); the gradients' norm or their plain sum (a one-value gradient
+  // into the recorded rule's own rule); a second sweep that records, and a
+  // third over it.
+  const auto sweep = [&](bool fused, bool x_variable, bool plain, bool third) {
     Tape<float> tape;
     const Var<float> x = x_variable ? tape.variable(x0.clone()) : tape.constant(x0.clone()),
                      v = tape.variable(v0.clone()), r = tape.constant(r0.clone());
@@ -1341,18 +1344,69 @@ TEST_CASE("expand_concat has the bits of expand then concat, and so have its der
                                : concat({expand(x, {3, 4, 1}), expand(v, {3, 4, 5})}, -1);
     const std::vector<Var<float>> inputs =
         x_variable ? std::vector<Var<float>>{x, v} : std::vector<Var<float>>{v};
-    const auto g =
-        grad(sum(square(mul(y, r))), std::span<const Var<float>>(inputs), {.create_graph = true});
-    Var<float> norm = sum(square(g[0]));
-    for (std::size_t i = 1; i < g.size(); ++i) norm = add(norm, sum(square(g[i])));
+    const std::span<const Var<float>> wrt(inputs);
+    const auto g = grad(sum(square(mul(y, r))), wrt, {.create_graph = true});
+    const auto measure = [plain](const Var<float>& gi) {
+      return plain ? sum(gi) : sum(square(gi));
+    };
+    Var<float> norm = measure(g[0]);
+    for (std::size_t i = 1; i < g.size(); ++i) norm = add(norm, measure(g[i]));
     std::vector<std::vector<float>> values{y.value().to_vector()};
     for (const auto& gi : g) values.push_back(gi.value().to_vector());
-    for (const auto& h : grad(norm, std::span<const Var<float>>(inputs)))
-      values.push_back(h.to_vector());
+    const auto h = grad(norm, wrt, {.create_graph = third});
+    for (const auto& hi : h) values.push_back(hi.value().to_vector());
+    if (third)
+      for (const auto& k : grad(sum(square(mul(h[0], h[0]))), wrt))
+        values.push_back(k.value().to_vector());
     return values;
   };
-  CHECK(sweep(true, false) == sweep(false, false));
-  CHECK(sweep(true, true) == sweep(false, true));
+  for (const bool x_variable : {false, true})
+    for (const bool plain : {false, true})
+      for (const bool third : {false, true}) {
+        if (plain && third) continue;  // the plain sum's gradient is y's constant r r
+        CAPTURE(x_variable, plain, third);
+        CHECK(sweep(true, x_variable, plain, third) == sweep(false, x_variable, plain, third));
+      }
+}
+
+// v's gradient is its slice of the gradient summed where it lies: one
+// reduction, no copy of the slice, whether the sweep records or not (a
+// recording sweep with two parts wanted splits).
+TEST_CASE("expand_concat's rule sums an expanded part's slice in place", "[ops]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  Generator gen(140);
+  const auto x0 = raw::normal<double>({3, 4, 2}, gen), r0 = raw::normal<double>({3, 4, 7}, gen);
+  for (const Shape& v_shape : {Shape{3, 1, 5}, Shape{1, 1, 5}})
+    for (const bool x_variable : {false, true})
+      for (const bool records : {false, true}) {
+        CAPTURE(v_shape, x_variable, records);
+        const auto v0 = raw::normal<double>(v_shape, gen);
+        KernelCalls calls;
+        const auto sweep = [&](bool fused) {
+          Tape<double, counted> tape;
+          const CountedVar x = x_variable ? tape.variable(x0.to<counted>())
+                                          : tape.constant(x0.to<counted>()),
+                           v = tape.variable(v0.to<counted>()), r = tape.constant(r0.to<counted>());
+          const CountedVar y = fused ? expand_concat({x, v}, -1)
+                                     : concat({expand(x, {3, 4, 2}), expand(v, {3, 4, 5})}, -1);
+          const std::vector<CountedVar> inputs =
+              x_variable ? std::vector<CountedVar>{x, v} : std::vector<CountedVar>{v};
+          const CountedVar loss = sum(mul(y, r));
+          counted::reset();
+          std::vector<std::vector<double>> values;
+          for (const auto& g :
+               grad(loss, std::span<const CountedVar>(inputs), {.create_graph = records}))
+            values.push_back(g.value().to_vector());
+          calls = counted::calls();
+          return values;
+        };
+        const auto expected = sweep(false);
+        CHECK(sweep(true) == expected);
+        CHECK(calls["reduce sum"] == 1);
+        CHECK(calls["strided_copy"] == (x_variable ? (records ? 2 : 1) : 0));
+        CHECK(calls["foreach_strided_copy"] == 0);
+      }
 }
 
 TEST_CASE("reductions and softmax pass first and second order checks", "[ops]") {

@@ -205,6 +205,42 @@ TEST_CASE("sums into few outputs equal one running sum per output, bit for bit",
   CHECK(raw::sum_to(raw::slice(x, 0, 0, 1), {}).to_vector() == std::vector<float>{all});
 }
 
+// The gradient of an expanded part of a concat (the bias transformation's
+// v): its slice of the gradient summed where it lies, one reduction.
+TEMPLATE_TEST_CASE("sum_slice_to is a slice then a sum, bit for bit, in one call", "[tensor]",
+                   float, double) {
+  using counted = CountingBackend<cpu>;
+  using C = Tensor<TestType, counted>;
+  Generator gen(23);
+  const C x = raw::normal<TestType>({3, 9, 11}, gen).template to<counted>();
+  struct Case {
+    int axis;
+    std::int64_t start, length;
+    Shape shape;
+  };
+  // A slice of rows wider than one (a contiguous inner run) and of one
+  // column (rows of width 1: strided inner), summed over the points, the
+  // tasks, or everything; its rows folding into shared outputs (the last
+  // axis reduced) or not; a slice of the middle axis.
+  for (const Case& k : {Case{2, 6, 5, {3, 1, 5}}, Case{2, 6, 5, {5}}, Case{2, 10, 1, {3, 1, 1}},
+                        Case{2, 0, 3, {}}, Case{2, 2, 4, {3, 9, 1}}, Case{1, 2, 7, {1, 7, 11}},
+                        Case{1, 4, 1, {3, 1, 1}}, Case{2, 6, 5, {3, 9, 5}}}) {
+    CAPTURE(k.axis, k.start, k.length, k.shape);
+    const C sliced = raw::slice(x, k.axis, k.start, k.length);
+    const auto expected = raw::sum_to(sliced, k.shape).to_vector();
+    counted::reset();
+    const C y = raw::sum_slice_to(x, k.axis, k.start, k.length, k.shape);
+    CHECK(counted::calls().total() == 1);
+    CHECK(counted::calls()["reduce sum"] == 1);
+    REQUIRE(y.shape() == k.shape);
+    CHECK(y.to_vector() == expected);
+  }
+  CHECK_THROWS_WITH(raw::sum_slice_to(x, 2, 8, 5, Shape{3, 1, 5}),
+                    Contains("sum_slice_to") && Contains("[8, 13)") && Contains("[3, 9, 11]"));
+  CHECK_THROWS_WITH(raw::sum_slice_to(x, 2, 0, 5, Shape{3, 1, 4}),
+                    Contains("sum_to") && Contains("[3, 1, 4]") && Contains("[3, 9, 5]"));
+}
+
 TEST_CASE("batched matmul matches a naive product with transposes and broadcasting", "[tensor]") {
   Generator gen(7);
   for (bool ta : {false, true})

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "parity.hpp"
 
@@ -145,8 +147,8 @@ TEMPLATE_TEST_CASE("select matches the CPU backend", "[cuda][backend]", float, d
               "select");
 }
 
-TEMPLATE_TEST_CASE("sum, max and mean reductions match the CPU backend", "[cuda][backend]", float,
-                   double) {
+TEMPLATE_TEST_CASE("sum, max and mean reductions match the CPU backend, a slice read in place too",
+                   "[cuda][backend]", float, double) {
   using T = TestType;
   // Kept axes inside, outside and between reduced ones; short and long
   // reductions (a warp or a block per output); a full reduction.
@@ -162,6 +164,17 @@ TEMPLATE_TEST_CASE("sum, max and mean reductions match the CPU backend", "[cuda]
       check_close(raw::reduce_to(op, x, out), raw::reduce_to(op, on_device(x), out), tolerance<T>,
                   "reduce");
     }
+  // A slice's sum read in place (the bias transformation's v): rows wider
+  // than one, rows of one column, a slice of the middle axis.
+  const Tensor<T> x = normal<T>({3, 9, 11}, 11);
+  for (const auto& [axis, start, length, out] :
+       std::vector<std::tuple<int, std::int64_t, std::int64_t, Shape>>{
+           {2, 6, 5, {3, 1, 5}}, {2, 10, 1, {1, 1, 1}}, {1, 2, 7, {1, 7, 11}}}) {
+    INFO("sum of a slice of [3, 9, 11] to " << out.to_string());
+    check_close(raw::sum_slice_to(x, axis, start, length, out),
+                raw::sum_slice_to(on_device(x), axis, start, length, out), tolerance<T>,
+                "sum_slice_to");
+  }
 }
 
 TEMPLATE_TEST_CASE("batch norm, its backward and its double backward match the CPU backend",

@@ -27,11 +27,12 @@ struct BroadcastLayout {
   }
 };
 
-// out[i . stride_out] op= in[i] over the multi-index i < dims of the
-// (contiguous) input; reduced axes have stride_out 0.
+// out[i . stride_out] op= in[i . stride_in] over the multi-index i < dims;
+// reduced axes have stride_out 0. The input is contiguous (stride_in its
+// contiguous strides) but where a reduction reads a slice in place.
 struct ReduceLayout {
   int rank = 0;
-  Strides dims{}, stride_out{};
+  Strides dims{}, stride_in{}, stride_out{};
   std::int64_t in_numel = 0, out_numel = 0;
   // The inputs combined into each output (a mean's n): the reduced extents.
   std::int64_t reduced_count() const {

@@ -10,6 +10,7 @@
 #include "platipus/autodiff/ops/broadcast.hpp"
 #include "platipus/autodiff/record.hpp"
 #include "platipus/tensor/layout.hpp"
+#include "platipus/tensor/reduce.hpp"
 
 namespace platipus {
 
@@ -17,28 +18,28 @@ template <class T, class B>
 std::vector<Var<T, B>> split(const Var<T, B>& x, int axis, std::span<const std::int64_t> sizes);
 template <class T, class B>
 Var<T, B> slice(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t length);
+template <class T, class B>
+Var<T, B> sum_slice_to(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t length,
+                       const Shape& shape);
 
 namespace detail {
 
 // The rule of concat and expand_concat along axis `a`: each wanted part's
 // slice of the gradient, summed down to the part's shape where it was
-// expanded. One slice where one part wants it (the bias transformation's
-// v, not its data x), so that the others cost no copy; else one split node,
-// whose own rule is one concat (slices' pads would be added, and -0 + 0 is
-// not -0).
+// expanded, the sum reading the slice in place (sum_slice_to: one
+// reduction, no copy; the bias transformation's v). Where a sweep records,
+// one sum_slice_to node where one part wants it (v, not the data x), so
+// that the others cost no copy; else one split node, whose own rule is one
+// concat (slices' pads would be added, and -0 + 0 is not -0).
 template <class T, class B>
 void concat_backward(Backward<T, B>& c, int a, std::span<const std::int64_t> sizes) {
   const Var<T, B> g = c.grad();
-  std::size_t wanted = 0, last = 0;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if (!c.needs(i)) continue;
-    ++wanted;
-    last = i;
-  }
-  if (wanted == 1) {
-    const std::int64_t offset =
-        std::accumulate(sizes.begin(), sizes.begin() + last, std::int64_t{0});
-    c.set(last, sum_to(slice(g, a, offset, sizes[last]), c.input(last).shape()));
+  std::size_t wanted = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) wanted += c.needs(i) ? 1 : 0;
+  if (wanted == 1 || !GradMode::enabled()) {
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < sizes.size(); offset += sizes[i++])
+      if (c.needs(i)) c.set(i, sum_slice_to(g, a, offset, sizes[i], c.input(i).shape()));
     return;
   }
   const auto pieces = split(g, a, sizes);
@@ -157,6 +158,42 @@ Var<T, B> pad(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t tot
   return record("pad", {x}, raw::pad(x.value(), a, start, total), [a, start](Backward<T, B>& c) {
     c.set(0, slice(c.grad(), a, start, c.input(0).shape()[a]));
   });
+}
+
+// sum_to(slice(x, axis, start, length), shape), `shape` at x's rank, as one
+// node: one reduction reading the slice in place (raw::sum_slice_to) where
+// the two nodes copied the slice first. Its rule is theirs, the graph it
+// records and so the bits of its derivatives included: the gradient
+// expanded to the slice and padded, in one call where nothing records
+// (raw::expand_pad).
+template <class T, class B>
+Var<T, B> sum_slice_to(const Var<T, B>& x, int axis, std::int64_t start, std::int64_t length,
+                       const Shape& shape) {
+  const int a = x.shape().normalize_axis(axis, "sum_slice_to");
+  check(shape.rank() == x.rank(), "sum_slice_to", "shape {} is not at the rank of {}", shape,
+        x.shape());
+  Shape sliced = x.shape();
+  sliced[a] = length;
+  if (sliced == shape) return slice(x, a, start, length);
+  return record(
+      "sum_slice_to", {x}, raw::sum_slice_to(x.value(), a, start, length, shape),
+      [a, start, sliced](Backward<T, B>& c) {
+        const Shape& in = c.input(0).shape();
+        if (const auto u = c.uniform_grad()) {
+          c.set(0, pad(c.tape().filled(sliced, *u), a, start, in[a]));
+          return;
+        }
+        if (!GradMode::enabled()) {
+          const Var<T, B> g = c.broadcast_grad();
+          c.set(0, g.shape()[a] == sliced[a]
+                       ? c.tape().constant(raw::expand_pad(g.value(), a, start, in, "sum_slice_to"))
+                       : pad(expand(g, sliced), a, start, in[a]));
+          return;
+        }
+        const auto [g, negated] = c.signed_grad();
+        c.set(0, pad(expand(negated ? neg(g) : g, sliced), a, start, in[a]));
+      },
+      saves_nothing);
 }
 
 }  // namespace platipus

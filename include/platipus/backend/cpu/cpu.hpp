@@ -520,16 +520,27 @@ struct cpu {
       *y = combine(*y, *x);
       return;
     }
+    // Specialised on a contiguous row (all but a slice's rows of width 1),
+    // so that the inner loops vectorise.
+    const std::int64_t si = l.stride_in[l.rank - 1];
+    if (si == 1)
+      reduce_rows(x, y, l, combine, std::integral_constant<std::int64_t, 1>{});
+    else
+      reduce_rows(x, y, l, combine, si);
+  }
+
+  template <class T, class Combine, class Stride>
+  static void reduce_rows(const T* x, T* y, const ReduceLayout& l, Combine combine, Stride si) {
     const int last = l.rank - 1;
     const std::int64_t inner = l.dims[last], so = l.stride_out[last];
     if (so != 0) {
-      for_each_row(l.rank, l.dims, l.stride_out, l.stride_out, [&](auto oo, auto) {
+      for_each_row(l.rank, l.dims, l.stride_out, l.stride_in, [&](auto oo, auto io) {
         T* out = y + oo;
-        if (so == 1)  // specialised, so that it vectorises
-          for (std::int64_t i = 0; i < inner; ++i) out[i] = combine(out[i], x[i]);
+        const T* in = x + io;
+        if (so == 1)
+          for (std::int64_t i = 0; i < inner; ++i) out[i] = combine(out[i], in[i * si]);
         else
-          for (std::int64_t i = 0; i < inner; ++i) out[i * so] = combine(out[i * so], x[i]);
-        x += inner;
+          for (std::int64_t i = 0; i < inner; ++i) out[i * so] = combine(out[i * so], in[i * si]);
       });
       return;
     }
@@ -547,25 +558,24 @@ struct cpu {
         std::array<T, lanes> acc;
         for (int k = 0; k < lanes; ++k) acc[k] = *outs[k];
         for (std::int64_t i = 0; i < inner; ++i)
-          for (int k = 0; k < lanes; ++k) acc[k] = combine(acc[k], ins[k][i]);
+          for (int k = 0; k < lanes; ++k) acc[k] = combine(acc[k], ins[k][i * si]);
         for (int k = 0; k < lanes; ++k) *outs[k] = acc[k];
       } else {
         for (int k = 0; k < pending; ++k) {
           T acc = *outs[k];
-          for (std::int64_t i = 0; i < inner; ++i) acc = combine(acc, ins[k][i]);
+          for (std::int64_t i = 0; i < inner; ++i) acc = combine(acc, ins[k][i * si]);
           *outs[k] = acc;
         }
       }
       pending = 0;
     };
-    for_each_row(l.rank, l.dims, l.stride_out, l.stride_out, [&](auto oo, auto) {
+    for_each_row(l.rank, l.dims, l.stride_out, l.stride_in, [&](auto oo, auto io) {
       T* out = y + oo;
       if (pending == lanes ||
           std::find(outs.begin(), outs.begin() + pending, out) != outs.begin() + pending)
         flush();
       outs[pending] = out;
-      ins[pending++] = x;
-      x += inner;
+      ins[pending++] = x + io;
     });
     flush();
   }

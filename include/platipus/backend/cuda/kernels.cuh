@@ -249,7 +249,7 @@ __global__ void select_kernel(const T* mask, const T* a, const T* b, T* y, std::
 }
 
 // A reduction split into kept axes (one output element per multi-index)
-// and reduced axes, with their strides in the contiguous input.
+// and reduced axes, with their strides in the input.
 struct ReducePlan {
   int kept_rank = 0, reduced_rank = 0;
   Strides kept_dims{}, kept_in{}, kept_out{}, reduced_dims{}, reduced_in{};
@@ -257,12 +257,7 @@ struct ReducePlan {
 };
 
 inline ReducePlan plan_reduce(const ReduceLayout& l) {
-  Strides in{};
-  std::int64_t stride = 1;
-  for (int d = l.rank - 1; d >= 0; --d) {
-    in[d] = stride;
-    stride *= l.dims[d];
-  }
+  const Strides& in = l.stride_in;
   ReducePlan p;
   for (int d = 0; d < l.rank; ++d) {
     if (l.stride_out[d] != 0) {
