@@ -166,6 +166,34 @@ TEST_CASE("a value's gradients are added by one add_n in a sweep that records no
   CHECK(held.grads == recorded.grads);
 }
 
+// sub's rule gives both inputs one gradient (here expanded from one value,
+// a temporary of the rule); a, which already holds a gradient, adds it in
+// first, and adding up may let go of it: b must still get it.
+TEST_CASE("a gradient a rule gives two inputs reaches both when the first adds it up",
+          "[grad][memory]") {
+  for (const bool create_graph : {false, true}) {
+    CAPTURE(create_graph);
+    Generator gen(81);
+    Tape<double> tape;
+    const Var<double> a = tape.variable(raw::normal<double>({4}, gen)),
+                      b = tape.variable(raw::normal<double>({4}, gen)),
+                      c = tape.constant(raw::normal<double>({4}, gen)),
+                      w = tape.constant(raw::normal<double>({}, gen));
+    const Var<double> through_sub = mul(sum(sub(a, b)), w);  // swept after a * c
+    const Var<double> through_mul = sum(mul(a, c));
+    const std::array<Var<double>, 2> inputs{a, b};
+    const auto g = grad(add(through_sub, through_mul), std::span<const Var<double>>(inputs),
+                        {.create_graph = create_graph});
+    const double weight = w.value().to_vector()[0];
+    const auto cs = c.value().to_vector(), ga = g[0].value().to_vector(),
+               gb = g[1].value().to_vector();
+    for (std::size_t i = 0; i < 4; ++i) {
+      CHECK(ga[i] == weight + cs[i]);
+      CHECK(gb[i] == -weight);
+    }
+  }
+}
+
 TEST_CASE("a sweep that records nothing subtracts a negated gradient instead of negating it",
           "[grad][backend]") {
   // x's gradient is y from mul and -1 from sub: one add_n that subtracts.

@@ -258,6 +258,16 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       Backward<T, B> context(*node, out_grads, out_negated, out_uniform, needs, in_grads, negated,
                              in_uniform);
       node->backward(context);
+      // A gradient the rule gives several inputs (sub's, to both) is held
+      // for all of them before any is added in: adding it into one input's
+      // gradients can add them up (fold) and let go of it, which would
+      // release it before the next input took it.
+      const auto given = [&](std::size_t i) {
+        return needs[i] && !in_uniform[i] && in_grads[i].defined();
+      };
+      for (std::size_t i = 0; i < node->inputs.size(); ++i)
+        if (given(i))
+          if (auto* h = held(in_grads[i])) ++*h;
       for (std::size_t i = 0; i < node->inputs.size(); ++i) {
         if (!needs[i]) continue;
         if (in_uniform[i]) {
@@ -270,6 +280,8 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
               node->name, in_grads[i].shape(), i, node->inputs[i]->data.shape());
         accumulate(node->inputs[i], in_grads[i], negated[i] != 0);
       }
+      for (std::size_t i = 0; i < node->inputs.size(); ++i)
+        if (given(i)) let_go(in_grads[i]);
       // The rule's temporaries, then this node's output gradients: used up.
       for (std::size_t id = made; id < tape.values(); ++id)
         release_unheld(Var<T, B>(tape.value_at(id)));
