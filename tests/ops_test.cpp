@@ -1001,6 +1001,63 @@ TEST_CASE("foreach_exp_scaled is exp_scaled on every piece in one call, with its
                     Contains("foreach_exp_scaled") && Contains("no tensors given"));
 }
 
+// foreach_square's rule against square's on each piece: a tensor gradient,
+// one repeated along the leading axis (a [D] factor's), a negated one and a
+// one-value one, where nothing records and where it records, and the
+// derivatives of the recorded gradients.
+TEST_CASE("foreach_square has the bits of square on each piece, and so have its derivatives",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  using Span = std::span<const CountedVar>;
+  Generator gen(441);
+  const std::vector<Shape> shapes{{3, 4}, {3, 2}, {3, 5}, {3, 1}};
+  std::vector<Tensor<double>> x0, r0;
+  for (const Shape& shape : shapes) {
+    x0.push_back(raw::normal<double>(shape, gen));
+    r0.push_back(raw::normal<double>(Shape{shape[1]}, gen));
+  }
+  std::vector<double> results[2];
+  KernelCalls calls[2];
+  for (const bool fused : {false, true}) {
+    Tape<double, counted> tape;
+    std::vector<CountedVar> x, r;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      x.push_back(tape.variable(x0[i].to<counted>()));
+      r.push_back(tape.variable(r0[i].to<counted>()));
+    }
+    std::vector<CountedVar> y;
+    if (fused) {
+      y = foreach_square(Span(x));
+    } else {
+      for (const auto& xi : x) y.push_back(square(xi));
+    }
+    // y_0 r_0 (a tensor gradient), y_1 summed over its leading axis (the
+    // gradient [1, D], unexpanded), (-y_2) r_2 (negated), sum(y_3) (one
+    // value).
+    const CountedVar loss = sum(mul(y[0], r[0])) + sum(mul(sum(y[1], {0}, true), r[1])) +
+                            sum(mul(neg(y[2]), r[2])) + sum(y[3]);
+    std::vector<CountedVar> all = x;
+    all.insert(all.end(), r.begin(), r.end() - 1);  // r_3 is not used
+    counted::reset();
+    const auto plain = grad(loss, Span(all));
+    calls[fused] = counted::calls();
+    const auto first = grad(loss, Span(all), {.create_graph = true});
+    CountedVar norm;
+    for (const auto& d : first) norm = norm.defined() ? norm + sum(mul(d, d)) : sum(mul(d, d));
+    const auto second = grad(norm, Span(all));
+    for (const auto* grads : {&plain, &first, &second})
+      for (const auto& d : *grads)
+        for (const double v : d.value().to<cpu>().to_vector()) results[fused].push_back(v);
+  }
+  CHECK(results[0] == results[1]);
+  // Where nothing records: the three tensor gradients' products and
+  // doublings in two calls for all, the one-value one a scale.
+  CHECK(calls[1]["foreach_mul"] == 1);
+  CHECK(calls[1]["foreach_unary scale"] == 1);
+  CHECK(calls[0].total() - calls[1].total() == 4);
+}
+
 TEST_CASE("kl_diagonal_gaussians over pieces is the sum of each piece's, with its bits",
           "[ops][grad]") {
   using counted = CountingBackend<cpu>;
@@ -1009,51 +1066,67 @@ TEST_CASE("kl_diagonal_gaussians over pieces is the sum of each piece's, with it
   constexpr std::int64_t tasks = 3;
   const std::vector<std::int64_t> sizes{4, 7, 1};
   Generator gen(440);
-  std::vector<Tensor<float>> values;  // each piece's mean_q, log_var_q, mean_p, log_var_p
-  for (const std::int64_t d : sizes)
-    for (const Shape& shape : {Shape{tasks, d}, Shape{d}, Shape{tasks, d}, Shape{d}})
-      values.push_back(raw::normal<float>(shape, gen));
-  std::vector<float> results[2];
-  KernelCalls calls[2];
-  for (const bool pieces : {false, true}) {
-    Tape<float, counted> tape;
-    std::vector<CountedVar> v;
-    for (const auto& t : values) v.push_back(tape.variable(t.to<counted>()));
-    const auto argument = [&](std::size_t k) {  // the k-th argument of every piece
-      std::vector<CountedVar> a;
-      for (std::size_t i = 0; i < sizes.size(); ++i) a.push_back(v[4 * i + k]);
-      return a;
-    };
-    counted::reset();
-    CountedVar kl;
-    if (pieces) {
-      const auto mean_q = argument(0), log_var_q = argument(1), mean_p = argument(2),
-                 log_var_p = argument(3);
-      kl = kl_diagonal_gaussians(Span(mean_q), Span(log_var_q), Span(mean_p), Span(log_var_p));
-    } else {
-      for (std::size_t i = 0; i < sizes.size(); ++i) {
-        const auto term = kl_diagonal_gaussians(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-        kl = kl.defined() ? kl + term : term;
-      }
+  // Where a log-variance broadcasts (piece 1's log_var_q one value), the
+  // differences of the log-variances are a sub a piece.
+  for (const bool broadcast : {false, true}) {
+    CAPTURE(broadcast);
+    std::vector<Tensor<float>> values;  // each piece's mean_q, log_var_q, mean_p, log_var_p
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const std::int64_t d = sizes[i];
+      const Shape log_var_q = broadcast && i == 1 ? Shape{1} : Shape{d};
+      for (const Shape& shape : {Shape{tasks, d}, log_var_q, Shape{tasks, d}, Shape{d}})
+        values.push_back(raw::normal<float>(shape, gen));
     }
-    calls[pieces] = counted::calls();
-    const CountedVar loss = sum(square(kl));
-    const auto plain = grad(loss, Span(v));
-    const auto first = grad(loss, Span(v), {.create_graph = true});
-    CountedVar norm;
-    for (const auto& d : first) norm = norm.defined() ? norm + sum(mul(d, d)) : sum(mul(d, d));
-    const auto second = grad(norm, Span(v));
-    results[pieces] = kl.value().to<cpu>().to_vector();
-    for (const auto* grads : {&plain, &first, &second})
-      for (const auto& d : *grads)
-        for (const float f : d.value().to<cpu>().to_vector()) results[pieces].push_back(f);
+    std::vector<float> results[2];
+    KernelCalls calls[2];
+    for (const bool pieces : {false, true}) {
+      Tape<float, counted> tape;
+      std::vector<CountedVar> v;
+      for (const auto& t : values) v.push_back(tape.variable(t.to<counted>()));
+      const auto argument = [&](std::size_t k) {  // the k-th argument of every piece
+        std::vector<CountedVar> a;
+        for (std::size_t i = 0; i < sizes.size(); ++i) a.push_back(v[4 * i + k]);
+        return a;
+      };
+      counted::reset();
+      CountedVar kl;
+      if (pieces) {
+        const auto mean_q = argument(0), log_var_q = argument(1), mean_p = argument(2),
+                   log_var_p = argument(3);
+        kl = kl_diagonal_gaussians(Span(mean_q), Span(log_var_q), Span(mean_p), Span(log_var_p));
+      } else {
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+          const auto term =
+              kl_diagonal_gaussians(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+          kl = kl.defined() ? kl + term : term;
+        }
+      }
+      calls[pieces] = counted::calls();
+      const CountedVar loss = sum(square(kl));
+      const auto plain = grad(loss, Span(v));
+      const auto first = grad(loss, Span(v), {.create_graph = true});
+      CountedVar norm;
+      for (const auto& d : first) norm = norm.defined() ? norm + sum(mul(d, d)) : sum(mul(d, d));
+      const auto second = grad(norm, Span(v));
+      results[pieces] = kl.value().to<cpu>().to_vector();
+      for (const auto* grads : {&plain, &first, &second})
+        for (const auto& d : *grads)
+          for (const float f : d.value().to<cpu>().to_vector()) results[pieces].push_back(f);
+    }
+    CHECK(results[0] == results[1]);
+    // Two exp_scaled a piece, two foreach calls for all; two subs and an add
+    // a piece, three foreach calls (two and a sub a piece where one
+    // broadcasts); a square a piece, one foreach call.
+    CHECK(calls[0]["unary exp_scaled"] == 2 * sizes.size());
+    CHECK(calls[1]["unary exp_scaled"] == 0);
+    CHECK(calls[1]["foreach_unary exp_scaled"] == 2);
+    CHECK(calls[1]["binary sub"] == (broadcast ? sizes.size() : 0));
+    CHECK(calls[1]["foreach_axpy"] == (broadcast ? 2 : 3));
+    CHECK(calls[1]["unary square"] == 0);
+    CHECK(calls[1]["foreach_unary square"] == 1);
+    CHECK(calls[0].total() - calls[1].total() ==
+          (broadcast ? 5 : 6) * sizes.size() - (broadcast ? 5 : 6));
   }
-  CHECK(results[0] == results[1]);
-  // Two exp_scaled a piece, two foreach calls for all.
-  CHECK(calls[0]["unary exp_scaled"] == 2 * sizes.size());
-  CHECK(calls[1]["unary exp_scaled"] == 0);
-  CHECK(calls[1]["foreach_unary exp_scaled"] == 2);
-  CHECK(calls[0].total() - calls[1].total() == 2 * sizes.size() - 2);
 
   Tape<float> tape;
   const auto mean = tape.constant(raw::normal<float>({tasks, 4}, gen)),
@@ -1098,6 +1171,15 @@ TEST_CASE("power, exponential and activation ops pass first and second order che
         },
         list(normal({2, 3}, 87), normal({2, 3}, 88), normal({3}, 89, 0, 0.5),
              normal({3}, 90, 0, 0.5)));
+  }
+  SECTION("foreach_square") {
+    check_derivatives(
+        [](auto x) {
+          const std::array<V, 2> a{x[0], x[1] * x[0]};
+          const auto y = foreach_square(std::span<const V>(a));
+          return concat({reshape(y[0] * x[1], {-1}), reshape(sum(y[1]), {1})}, 0);
+        },
+        list(normal({2, 3}, 91), normal({2, 3}, 92)));
   }
   SECTION("foreach_exp_scaled") {
     check_derivatives(

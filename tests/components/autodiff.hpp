@@ -148,6 +148,19 @@ TEST_CASE("foreach_add_scaled passes first and second order checks, with an outp
         },
         inputs);
   }
+  // add's and sub's rules, signs passed on; a plain sum's one-value
+  // gradient into an output.
+  SECTION("at 1 and -1") {
+    check_derivatives(
+        [](std::span<const V> x) {
+          const auto sums = foreach_add_scaled(x.first(2), x.subspan(2, 2), 1.0);
+          const auto differences = foreach_add_scaled(x.first(2), x.subspan(2, 2), -1.0);
+          return concat({reshape(square(sums[0]) * differences[0], {-1}),
+                         reshape(sum(differences[1]) + sum(sums[1] * x[1]), {1})},
+                        0);
+        },
+        inputs);
+  }
 }
 
 TEST_CASE(

@@ -158,7 +158,10 @@ std::vector<Var<T, B>> foreach_scale(std::span<const Var<T, B>> x, T s) {
       saves_nothing);
 }
 
-// a_i + s * b_i for every i (a_i and b_i of one shape).
+// a_i + s * b_i for every i (a_i and b_i of one shape). At s = 1 or -1 the
+// bits of add or sub on each pair (a + (-1) b is a - b, rounded once), and
+// its rule is theirs: the gradient, or its sign, passed on, a one-value
+// gradient kept one value, no kernel (PLATIPUS's KL over pieces, issue 38).
 template <class T, class B>
 std::vector<Var<T, B>> foreach_add_scaled(std::span<const Var<T, B>> a,
                                           std::span<const Var<T, B>> b, T s) {
@@ -171,6 +174,21 @@ std::vector<Var<T, B>> foreach_add_scaled(std::span<const Var<T, B>> a,
       "foreach_add_scaled", std::span<const Var<T, B>>(inputs),
       raw::foreach_axpy(detail::values(a), detail::values(b), s),
       [n, s](Backward<T, B>& c) {
+        if (s == T(1) || s == T(-1)) {
+          const bool sub = s == T(-1);
+          for (std::size_t i = 0; i < n; ++i) {
+            if (const auto u = c.uniform_grad(i)) {
+              if (c.needs(i)) c.set_uniform(i, *u);
+              if (c.needs(n + i)) c.set_uniform(n + i, sub ? -*u : *u);
+              continue;
+            }
+            const auto [g, negated] = c.signed_grad(i);
+            if (!g.defined()) continue;
+            if (c.needs(i)) c.set(i, g, negated);
+            if (c.needs(n + i)) c.set(n + i, g, negated != sub);
+          }
+          return;
+        }
         std::vector<Var<T, B>> g;  // the gradients into the b_i, scaled by one op
         std::vector<std::size_t> inputs;
         for (std::size_t i = 0; i < n; ++i) {
@@ -252,6 +270,51 @@ std::vector<Var<T, B>> foreach_exp_scaled(std::span<const Var<T, B>> x, T s) {
           c.set(inputs[k], c.tape().constant(std::move(products[k])), negated[k] != (s == T(-1)));
       },
       Saved{.inputs = 0, .outputs = true});
+}
+
+// x_i^2 for every i, as square on each, with one op and one backend call:
+// the KL's (m_q - m_p)^2 over all pieces, a kernel a piece before (issue
+// 38). The rule is square's on each piece; where the sweep records nothing
+// and the gradients h_i repeat along x_i's leading axes at most, the
+// products h_i x_i are one foreach_mul call and their doubling one
+// foreach_map call for all pieces, h_i's sign passed on: the bits of
+// square's rule, (-h) x 2 being -(h x 2).
+template <class T, class B>
+std::vector<Var<T, B>> foreach_square(std::span<const Var<T, B>> x) {
+  check(!x.empty(), "foreach_square", "no tensors given");
+  return record_many(
+      "foreach_square", x, raw::foreach_map(UnaryOp::square, detail::values(x), T(0)),
+      [](Backward<T, B>& c) {
+        std::vector<std::size_t> inputs;
+        std::vector<const Tensor<T, B>*> hs, xs;
+        std::vector<bool> negated;
+        for (std::size_t i = 0; i < c.output_count(); ++i) {
+          if (!c.needs(i)) continue;
+          const Var<T, B> x = c.input(i);
+          if (const auto u = c.uniform_grad(i)) {
+            c.set(i, scale(x, T(2) * *u));
+            continue;
+          }
+          const auto [h, h_negated] = c.signed_broadcast_grad(i);
+          if (!h.defined()) continue;
+          if (GradMode::enabled() || !raw::repeats_along_leading_axes(h.shape(), x.shape())) {
+            c.set(i, scale(mul(c.broadcast_grad(i), x), T(2)));
+            continue;
+          }
+          inputs.push_back(i);
+          hs.push_back(&h.value());
+          xs.push_back(&x.value());
+          negated.push_back(h_negated);
+        }
+        if (inputs.empty()) return;
+        const auto products = raw::foreach_mul(hs, xs, std::vector<bool>(inputs.size(), false));
+        std::vector<const Tensor<T, B>*> p;
+        for (const auto& pk : products) p.push_back(&pk);
+        auto doubled = raw::foreach_map(UnaryOp::scale, p, T(2));
+        for (std::size_t k = 0; k < inputs.size(); ++k)
+          c.set(inputs[k], c.tape().constant(std::move(doubled[k])), negated[k]);
+      },
+      saves_inputs);
 }
 
 template <class T, class B>
