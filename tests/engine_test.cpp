@@ -166,6 +166,107 @@ TEST_CASE("a value's gradients are added by one add_n in a sweep that records no
   CHECK(held.grads == recorded.grads);
 }
 
+TEST_CASE("a foreach op's outputs' gradients are added by one foreach_add_n, the same bits",
+          "[grad][backend]") {
+  // p and q, one foreach_scale's pieces, reach the output three ways and two:
+  // a sweep that records nothing holds their gradients until it reaches that
+  // op and adds both sums with one call; y's four are added three and then
+  // two by add_n (held until a fourth comes, then until read). A recording
+  // sweep adds each as it comes: the same bits.
+  Tape<float, counted> tape;
+  const auto inputs = two_variables(tape, 85);
+  const auto& [x, y] = inputs;
+  const auto pieces = foreach_scale(std::span<const C>(inputs), 0.5f);
+  const C &p = pieces[0], &q = pieces[1];
+  const C out = sum(add(add(add(mul(p, y), mul(exp(p), p)), mul(q, q)), mul(y, y)));
+  const CountedSweep held = counted_sweep(out, inputs, false);
+  const CountedSweep recorded = counted_sweep(out, inputs, true);
+  CHECK(held.calls["foreach_add_n"] == 1u);
+  CHECK(held.calls["add_n"] == 2u);
+  CHECK(held.calls["binary add"] == 0u);
+  CHECK(recorded.calls["foreach_add_n"] + recorded.calls["add_n"] == 0u);
+  CHECK(held.grads == recorded.grads);
+  const auto xs = x.value().to<cpu>().to_vector(), ys = y.value().to<cpu>().to_vector();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float ps = 0.5f * xs[i];
+    CHECK(held.grads[0][i] == Approx(0.5f * (ys[i] + std::exp(ps) * (1 + ps))));
+    CHECK(held.grads[1][i] == Approx(ps + 2 * ys[i] + 0.5f * ys[i]));
+  }
+}
+
+// The meta-parameters after a few steps of a learner on backend B, as bits.
+template <class Learner, class Batch>
+std::vector<std::vector<std::uint32_t>> trained_bits(Learner learner, const Batch& batch) {
+  Generator gen(87);
+  for (int step = 0; step < 3; ++step) learner.meta_train_step(batch, gen);
+  std::vector<std::vector<std::uint32_t>> bits;
+  for (const auto& [name, tensor] : learner.state()) {
+    bits.emplace_back();
+    for (const float v : tensor->to_vector())
+      bits.back().push_back(std::bit_cast<std::uint32_t>(v));
+  }
+  return bits;
+}
+
+TEST_CASE(
+    "meta-steps that add gradients three a call, a foreach op's pieces together, train the CPU's "
+    "bits",
+    "[grad][backend]") {
+  // CountingBackend adds up to three gradients a call, as CUDA does, and a
+  // foreach op's pieces wait for one foreach_add_n; the CPU adds two at a
+  // time as they come. The order is the same: so are the bits, through
+  // PLATIPUS's pieces and KL and the bias transformation's split, and
+  // through conv4's batch norm. Both take the meta-batch as one chunk of
+  // tasks, as CountingBackend does (how a batch is cut moves conv4's bits).
+  SECTION("PLATIPUS on an MLP with a bias transformation") {
+    const auto network =
+        nn::mlp({.inputs = 1, .hidden = {12, 12}, .outputs = 1, .bias_transform = 4});
+    const PlatipusSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.02},
+                                    .driver = {.threads = 1, .task_chunks = 1}};
+    Generator data(88);
+    const auto batch = data::SinusoidLineSampler<float>({.support = 5, .query = 5}).sample(4, data);
+    const TaskBatch<float, counted> counted_batch{
+        batch.support_x.to<counted>(), batch.support_y.to<counted>(), batch.query_x.to<counted>(),
+        batch.query_y.to<counted>()};
+    Generator init(89), same_init(89);
+    counted::reset();
+    const auto on_counted = trained_bits(
+        Platipus<nn::Sequential, MseLoss, float, counted>(network, MseLoss{}, settings, init),
+        counted_batch);
+    CHECK(counted::calls()["foreach_add_n"] > 0u);
+    CHECK(on_counted == trained_bits(Platipus<nn::Sequential, MseLoss, float>(network, MseLoss{},
+                                                                              settings, same_init),
+                                     batch));
+  }
+  SECTION("second-order MAML on conv4 with batch norm") {
+    const auto network = nn::conv4({.channels = 1, .size = 16, .filters = 4, .outputs = 3});
+    const MamlSettings settings{.inner_loop = {.steps = 2, .learning_rate = 0.1},
+                                .driver = {.threads = 1, .task_chunks = 1}};
+    Generator data(90);
+    const auto images = [&](std::int64_t n) {
+      return raw::normal<float>({2, n, 1, 16, 16}, data);
+    };
+    const auto labels = [](std::int64_t n) {
+      std::vector<float> v(static_cast<std::size_t>(2 * n));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 3);
+      return Tensor<float>::from_host({2, n, 1}, v);
+    };
+    const TaskBatch<float> batch{images(3), labels(3), images(6), labels(6)};
+    const TaskBatch<float, counted> counted_batch{
+        batch.support_x.to<counted>(), batch.support_y.to<counted>(), batch.query_x.to<counted>(),
+        batch.query_y.to<counted>()};
+    using Loss = SoftmaxCrossEntropyLoss;
+    Generator init(91), same_init(91);
+    counted::reset();
+    const auto on_counted = trained_bits(
+        Maml<nn::Sequential, Loss, float, counted>(network, Loss{}, settings, init), counted_batch);
+    CHECK(counted::calls()["foreach_add_n"] > 0u);
+    CHECK(on_counted ==
+          trained_bits(Maml<nn::Sequential, Loss, float>(network, Loss{}, settings, same_init),
+                       batch));
+  }
+}
+
 // sub's rule gives both inputs one gradient (here expanded from one value,
 // a temporary of the rule); a, which already holds a gradient, adds it in
 // first, and adding up may let go of it: b must still get it.

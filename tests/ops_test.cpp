@@ -824,6 +824,70 @@ TEST_CASE("add_n negates the summands it is told to with the bits of negating th
       Contains("2 negate flags given for 3 summands"));
 }
 
+TEST_CASE("foreach_add_n gives each sum add_n's bits, by one backend call per capacity of sums",
+          "[ops]") {
+  using counted = CountingBackend<cpu>;
+  using CountedTensor = Tensor<float, counted>;
+  Generator gen(94);
+  // More sums than one call takes: 2 and 3 summands, of different sizes, some
+  // repeated (a bias's gradient beside a full one) and some negated, and an
+  // empty sum among them (no work).
+  constexpr int capacity = SumsLayout<float>::capacity;
+  const int count = capacity + 6;
+  std::vector<CountedTensor> summands;
+  summands.reserve(3 * static_cast<std::size_t>(count));
+  std::vector<std::vector<const CountedTensor*>> x(static_cast<std::size_t>(count));
+  std::vector<std::vector<bool>> negate_lists(static_cast<std::size_t>(count));
+  std::vector<std::array<bool, 3>> negate_storage(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    const Shape full = i == 5 ? Shape{0, 3} : Shape{2, 3 + i % 7, 4};
+    const Shape part = i % 3 == 1 ? Shape{2, 1, 4} : full;
+    const int n = 2 + i % 2;
+    for (int k = 0; k < n; ++k) {
+      summands.push_back(raw::map(UnaryOp::scale, raw::normal<float>(k == 1 ? part : full, gen),
+                                  k == 2 ? 1e6f : 1.f)
+                             .to<counted>());
+      x[at].push_back(&summands.back());
+      negate_storage[at][static_cast<std::size_t>(k)] = (i + k) % 4 == 0;
+    }
+  }
+  std::vector<std::span<const CountedTensor* const>> sums;
+  std::vector<std::span<const bool>> negate;
+  for (int i = 0; i < count; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    sums.emplace_back(x[at]);
+    negate.emplace_back(negate_storage[at].data(), x[at].size());
+  }
+  counted::reset();
+  const auto y = raw::foreach_add_n(std::span<const std::span<const CountedTensor* const>>(sums),
+                                    std::span<const std::span<const bool>>(negate));
+  const KernelCalls calls = counted::calls();
+  CHECK(calls["foreach_add_n"] == 2u);
+  CHECK(calls.total() == 2u);
+  REQUIRE(y.size() == sums.size());
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    INFO("sum " << i);
+    const auto one = raw::add_n(sums[i], negate[i]);
+    CHECK(y[i].shape() == one.shape());
+    CHECK(bits(y[i]) == bits(one));
+  }
+  // No negate lists: nothing negated.
+  const auto plain =
+      raw::foreach_add_n(std::span<const std::span<const CountedTensor* const>>(sums).first(2));
+  CHECK(bits(plain[1]) == bits(raw::add_n(sums[1])));
+  // Errors name foreach_add_n and the sum's fault.
+  const std::vector<const CountedTensor*> one{&summands[0]};
+  const std::array<std::span<const CountedTensor* const>, 2> with_one{sums[0], one};
+  CHECK_THROWS_WITH(
+      raw::foreach_add_n(std::span<const std::span<const CountedTensor* const>>(with_one)),
+      Contains("foreach_add_n") && Contains("1 summands given; it takes 2 to 3"));
+  CHECK_THROWS_WITH(raw::foreach_add_n(std::span<const std::span<const CountedTensor* const>>(sums),
+                                       std::span<const std::span<const bool>>(negate).first(3)),
+                    Contains("foreach_add_n") &&
+                        Contains(fmt::format("3 lists of negate flags given for {} sums", count)));
+}
+
 TEST_CASE("exp_scaled is exp(scale(x, s)) in one call, with its bits to the second derivative",
           "[ops][grad]") {
   using counted = CountingBackend<cpu>;

@@ -139,6 +139,50 @@ TEMPLATE_TEST_CASE("add_n matches the CPU backend bit for bit, repeated and nega
     }
 }
 
+TEMPLATE_TEST_CASE("foreach_add_n matches the CPU backend bit for bit, each sum add_n's",
+                   "[cuda][backend]", float, double) {
+  using T = TestType;
+  // More sums than one call takes, of different lengths, 2 and 3 summands,
+  // some repeated and negated, one empty.
+  const int count = SumsLayout<T>::capacity + 3;
+  std::vector<Tensor<T>> host;
+  std::vector<Tensor<T, cuda>> device;
+  host.reserve(3 * static_cast<std::size_t>(count));
+  device.reserve(host.capacity());
+  std::vector<std::vector<const Tensor<T>*>> x(static_cast<std::size_t>(count));
+  std::vector<std::vector<const Tensor<T, cuda>*>> x_d(x.size());
+  std::vector<std::array<bool, 3>> negate(x.size());
+  for (int i = 0; i < count; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    const Shape full = i == 4 ? Shape{0, 5} : Shape{3, 40 * (1 + i % 5), 5};
+    for (int k = 0; k < 2 + i % 2; ++k) {
+      host.push_back(normal<T>(k == 1 && i % 3 == 0 ? Shape{3, 1, 5} : full, 30 + 3 * i + k));
+      device.push_back(on_device(host.back()));
+      x[at].push_back(&host.back());
+      x_d[at].push_back(&device.back());
+      negate[at][static_cast<std::size_t>(k)] = (i + k) % 3 == 1;
+    }
+  }
+  std::vector<std::span<const Tensor<T>* const>> sums;
+  std::vector<std::span<const Tensor<T, cuda>* const>> sums_d;
+  std::vector<std::span<const bool>> negate_lists;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    sums.emplace_back(x[i]);
+    sums_d.emplace_back(x_d[i]);
+    negate_lists.emplace_back(negate[i].data(), x[i].size());
+  }
+  const auto on_host = raw::foreach_add_n(std::span<const std::span<const Tensor<T>* const>>(sums),
+                                          std::span<const std::span<const bool>>(negate_lists));
+  const auto on_gpu =
+      raw::foreach_add_n(std::span<const std::span<const Tensor<T, cuda>* const>>(sums_d),
+                         std::span<const std::span<const bool>>(negate_lists));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("sum " << i);
+    CHECK(on_gpu[i].shape() == on_host[i].shape());
+    CHECK(on_gpu[i].template to<cpu>().to_vector() == on_host[i].to_vector());
+  }
+}
+
 TEMPLATE_TEST_CASE("select matches the CPU backend", "[cuda][backend]", float, double) {
   using T = TestType;
   const Tensor<T> mask = raw::map(UnaryOp::greater_scalar, normal<T>({500}, 7), T(0));

@@ -156,17 +156,32 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     // repeat along at most two runs of axes.
     static_assert(B::gradients_per_add >= 2 && B::gradients_per_add <= SummandsLayout<T>::capacity);
     const int fold_at = options.create_graph ? 2 : B::gradients_per_add;
+    using Values = std::array<const Tensor<T, B>*, SummandsLayout<T>::capacity>;
+    auto values_of = [](const Summands& p, Values& values) {
+      for (int k = 0; k < p.count; ++k)
+        values[static_cast<std::size_t>(k)] = &p.parts[static_cast<std::size_t>(k)].value();
+      return std::span<const Tensor<T, B>* const>(values.data(), static_cast<std::size_t>(p.count));
+    };
+    auto negated_of = [](const Summands& p) {
+      return std::span<const bool>(p.negated.data(), static_cast<std::size_t>(p.count));
+    };
+    // p's parts replaced by their sum.
+    auto settle = [&](Summands& p, const Var<T, B>& sum) {
+      if (auto* h = held(sum)) ++*h;
+      for (int k = 0; k < p.count; ++k) let_go(p.parts[static_cast<std::size_t>(k)]);
+      p = Summands{};
+      p.parts[0] = sum;
+      p.count = 1;
+    };
     auto fold = [&](Summands& p) {
       if (p.count < 2) return;
       const auto parts =
           std::span<const Var<T, B>>(p.parts.data(), static_cast<std::size_t>(p.count));
       Var<T, B> sum = parts[0];
-      std::array<const Tensor<T, B>*, SummandsLayout<T>::capacity> values{};
-      for (std::size_t k = 0; k < parts.size(); ++k) values[k] = &parts[k].value();
-      const auto summands = std::span<const Tensor<T, B>* const>(values.data(), parts.size());
+      Values values{};
+      const auto summands = values_of(p, values);
       if (!options.create_graph && raw::add_n_takes(summands)) {
-        sum = tape.constant(
-            raw::add_n(summands, std::span<const bool>(p.negated.data(), parts.size())));
+        sum = tape.constant(raw::add_n(summands, negated_of(p)));
       } else {
         if (p.negated[0]) sum = neg(sum);
         for (std::size_t k = 1; k < parts.size(); ++k) {
@@ -175,11 +190,36 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
           if (k > 1 || p.negated[0]) release_unheld(previous);
         }
       }
-      if (auto* h = held(sum)) ++*h;
-      for (const auto& g : parts) let_go(g);
-      p = Summands{};
-      p.parts[0] = sum;
-      p.count = 1;
+      settle(p, sum);
+    };
+    // The gradients of a foreach op's outputs (its pieces) added up by one
+    // foreach_add_n where add_n would add each: one call where there were
+    // one a piece, the same bits (issue 38).
+    std::vector<Summands*> due;
+    std::vector<Values> due_values;
+    std::vector<std::span<const Tensor<T, B>* const>> due_summands;
+    std::vector<std::span<const bool>> due_negated;
+    auto fold_outputs = [&](const detail::Node<T, B>& node) {
+      if (options.create_graph || B::gradients_per_add < 3 || node.outputs.size() < 2) return;
+      due.clear();
+      due_values.resize(node.outputs.size());
+      due_summands.clear();
+      due_negated.clear();
+      for (const Value* v : node.outputs) {
+        Summands& p = grads[slot(v)];
+        if (p.count < 2) continue;
+        const auto summands = values_of(p, due_values[due.size()]);
+        if (!raw::add_n_takes(summands)) continue;
+        due.push_back(&p);
+        due_summands.push_back(summands);
+        due_negated.push_back(negated_of(p));
+      }
+      if (due.size() < 2) return;
+      auto sums =
+          raw::foreach_add_n(std::span<const std::span<const Tensor<T, B>* const>>(due_summands),
+                             std::span<const std::span<const bool>>(due_negated));
+      for (std::size_t i = 0; i < due.size(); ++i)
+        settle(*due[i], tape.constant(std::move(sums[i])));
     };
     auto accumulate = [&](const Value* v, Var<T, B> g, bool negated) {
       Summands& p = grads[slot(v)];
@@ -189,10 +229,19 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
         if (auto* h = held(filled)) ++*h;
         p.parts[static_cast<std::size_t>(p.count++)] = std::move(filled);
       }
+      // One of several outputs (a foreach op's piece) holds a full set until
+      // one more comes, so that a set read first is added with its op's
+      // others (fold_outputs), where the backend adds more than two in a
+      // call (on the CPU, adding two at a time, waiting would hold memory
+      // for a loop of add_n); any other value adds a set as it fills. A
+      // recording sweep adds each as it comes: the tape's order either way.
+      const bool piece = !options.create_graph && B::gradients_per_add > 2 &&
+                         v->producer != nullptr && v->producer->outputs.size() > 1;
+      if (piece && p.count == fold_at) fold(p);
       if (auto* h = held(g)) ++*h;
       p.negated[static_cast<std::size_t>(p.count)] = negated;
       p.parts[static_cast<std::size_t>(p.count++)] = std::move(g);
-      if (p.count == fold_at) fold(p);
+      if (!piece && p.count == fold_at) fold(p);
     };
     auto accumulate_uniform = [&](const Value* v, T u) {
       Summands& p = grads[slot(v)];
@@ -235,6 +284,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       out_negated.clear();
       out_uniform.clear();
       bool any_grad = false;
+      fold_outputs(*node);
       for (const Value* v : node->outputs) {
         auto [g, g_negated, uniform] = gradient(v);
         any_grad = any_grad || g.defined() || uniform;

@@ -16,20 +16,18 @@
 namespace platipus {
 
 template <class B>
-concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y, const float* x,
-                           double* yd, const double* xd, std::int64_t n, const std::int64_t* index,
-                           const BroadcastLayout& bl, const ReduceLayout& rl, const CopyLayout& cl,
-                           const GemmLayout<float>& gf, const GemmLayout<double>& gd,
-                           const CopiesLayout<float>& cf, const CopiesLayout<double>& cd,
-                           const LinearLayout<float>& lf, const LinearLayout<double>& ld,
-                           const BiasLayout& bias, const PiecesLayout<float>& pf,
-                           const PiecesLayout<double>& pd, const SubMulLayout<float>& mf,
-                           const SubMulLayout<double>& md, const MulLayout<float>& uf,
-                           const MulLayout<double>& ud, const SummandsLayout<float>& sf,
-                           const SummandsLayout<double>& sd, const AdamLayout<float>& af,
-                           const AdamLayout<double>& ad, const IndexLayout& il,
-                           const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm,
-                           std::int64_t* positions, std::uint64_t u, const TaskStreams& ts) {
+concept Backend = requires(
+    std::size_t bytes, void* p, const void* cp, float* y, const float* x, double* yd,
+    const double* xd, std::int64_t n, const std::int64_t* index, const BroadcastLayout& bl,
+    const ReduceLayout& rl, const CopyLayout& cl, const GemmLayout<float>& gf,
+    const GemmLayout<double>& gd, const CopiesLayout<float>& cf, const CopiesLayout<double>& cd,
+    const LinearLayout<float>& lf, const LinearLayout<double>& ld, const BiasLayout& bias,
+    const PiecesLayout<float>& pf, const PiecesLayout<double>& pd, const SubMulLayout<float>& mf,
+    const SubMulLayout<double>& md, const MulLayout<float>& uf, const MulLayout<double>& ud,
+    const SummandsLayout<float>& sf, const SummandsLayout<double>& sd, const SumsLayout<float>& nf,
+    const SumsLayout<double>& nd, const AdamLayout<float>& af, const AdamLayout<double>& ad,
+    const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm,
+    std::int64_t* positions, std::uint64_t u, const TaskStreams& ts) {
   // A human-readable device name, for messages.
   { B::name } -> std::convertible_to<const char*>;
   // How many host threads a learner spreads a meta-batch's tasks over when
@@ -96,6 +94,9 @@ concept Backend = requires(std::size_t bytes, void* p, const void* cp, float* y,
   // y = ±x_0 ± x_1 ± ... in that order (SummandsLayout, 2 to its capacity).
   {B::add_n(sf)};
   {B::add_n(sd)};
+  // Several such sums in one call (SumsLayout), each with add_n's bits.
+  {B::foreach_add_n(nf)};
+  {B::foreach_add_n(nd)};
 
   // Reductions over the axes that a layout maps to one output element.
   {B::reduce(ReduceOp::sum, x, y, rl)};

@@ -142,6 +142,11 @@ struct CountingBackend : B {
     B::add_n(l);
   }
   template <class T>
+  static void foreach_add_n(const SumsLayout<T>& l) {
+    count("foreach_add_n");
+    B::foreach_add_n(l);
+  }
+  template <class T>
   static void select(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {
     count("select");
     B::select(mask, a, b, y, n);

@@ -216,6 +216,16 @@ struct SummandsLayout {
   std::int64_t n = 0;
 };
 
+// Up to `capacity` add_n sums by one call (one kernel on a device), sum i by
+// sum[i]'s layout: the gradients of a foreach op's pieces, added up when its
+// rule reads them (autodiff/grad.hpp).
+template <class T>
+struct SumsLayout {
+  static constexpr int capacity = PiecesLayout<T>::capacity;
+  int count = 0;
+  std::array<SummandsLayout<T>, capacity> sum{};
+};
+
 // A tensor viewed as [outer, axis, inner] for gather / scatter-add along axis.
 struct IndexLayout {
   std::int64_t outer = 1, inner = 1;

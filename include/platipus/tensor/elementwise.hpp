@@ -341,6 +341,35 @@ bool add_n_takes(std::span<const Tensor<T, B>* const> x) {
       x, [&](const auto* xi) { return repetition_over(xi->shape(), out).has_value(); });
 }
 
+namespace detail {
+
+// add_n's sum of x (negated where negate says), made in y: its layout.
+template <class T, class B>
+SummandsLayout<T> summands_layout(std::span<const Tensor<T, B>* const> x,
+                                  std::span<const bool> negate, Tensor<T, B>& y, const char* op) {
+  constexpr auto capacity = static_cast<std::size_t>(SummandsLayout<T>::capacity);
+  check(x.size() >= 2 && x.size() <= capacity, op, "{} summands given; it takes 2 to {}", x.size(),
+        capacity);
+  check(negate.empty() || negate.size() == x.size(), op, "{} negate flags given for {} summands",
+        negate.size(), x.size());
+  Shape out = x[0]->shape();
+  for (std::size_t i = 1; i < x.size(); ++i) out = broadcast_shapes(out, x[i]->shape(), op);
+  y = Tensor<T, B>(out);
+  SummandsLayout<T> l{.count = static_cast<int>(x.size()), .y = y.data(), .n = y.numel()};
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const auto r = repetition_over(x[i]->shape(), out);
+    check(r.has_value(), op,
+          "summand {} is {}, which repeats over {} along more than two runs of axes", i,
+          x[i]->shape(), out);
+    l.x[i] = x[i]->data();
+    l.negate[i] = !negate.empty() && negate[i];
+    l.repetition[i] = *r;
+  }
+  return l;
+}
+
+}  // namespace detail
+
 // ±x[0] ± x[1] ± ... in that order, in one backend call (2 to
 // SummandsLayout's capacity of summands), of the summands' broadcast shape:
 // x[k] enters negated where negate[k] (none when negate is empty), with the
@@ -348,25 +377,30 @@ bool add_n_takes(std::span<const Tensor<T, B>* const> x) {
 // two runs of axes, with the bits of a broadcasting add.
 template <class T, class B>
 Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool> negate = {}) {
-  constexpr auto capacity = static_cast<std::size_t>(SummandsLayout<T>::capacity);
-  check(x.size() >= 2 && x.size() <= capacity, "add_n", "{} summands given; it takes 2 to {}",
-        x.size(), capacity);
-  check(negate.empty() || negate.size() == x.size(), "add_n",
-        "{} negate flags given for {} summands", negate.size(), x.size());
-  Shape out = x[0]->shape();
-  for (std::size_t i = 1; i < x.size(); ++i) out = broadcast_shapes(out, x[i]->shape(), "add_n");
-  Tensor<T, B> y(out);
-  SummandsLayout<T> l{.count = static_cast<int>(x.size()), .y = y.data(), .n = y.numel()};
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const auto r = repetition_over(x[i]->shape(), out);
-    check(r.has_value(), "add_n",
-          "summand {} is {}, which repeats over {} along more than two runs of axes", i,
-          x[i]->shape(), out);
-    l.x[i] = x[i]->data();
-    l.negate[i] = !negate.empty() && negate[i];
-    l.repetition[i] = *r;
-  }
+  Tensor<T, B> y;
+  const auto l = detail::summands_layout(x, negate, y, "add_n");
   if (y.numel() > 0) B::add_n(l);
+  return y;
+}
+
+// add_n(x[i], negate[i]) for each i, with its bits, by one backend call per
+// SumsLayout's capacity of sums (negate empty: nothing negated).
+template <class T, class B>
+std::vector<Tensor<T, B>> foreach_add_n(std::span<const std::span<const Tensor<T, B>* const>> x,
+                                        std::span<const std::span<const bool>> negate = {}) {
+  check(negate.empty() || negate.size() == x.size(), "foreach_add_n",
+        "{} lists of negate flags given for {} sums", negate.size(), x.size());
+  std::vector<Tensor<T, B>> y(x.size());
+  SumsLayout<T> l;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const auto l_i = detail::summands_layout(
+        x[i], negate.empty() ? std::span<const bool>() : negate[i], y[i], "foreach_add_n");
+    if (l_i.n > 0) l.sum[static_cast<std::size_t>(l.count++)] = l_i;
+    if (l.count == SumsLayout<T>::capacity || (i + 1 == x.size() && l.count > 0)) {
+      B::foreach_add_n(l);
+      l.count = 0;
+    }
+  }
   return y;
 }
 

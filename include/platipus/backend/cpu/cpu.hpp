@@ -146,6 +146,10 @@ struct cpu {
     for (; k < static_cast<std::size_t>(l.count); ++k, sum = l.y) add_summand(l, k, sum);
   }
   template <class T>
+  static void foreach_add_n(const SumsLayout<T>& l) {
+    for (int i = 0; i < l.count; ++i) add_n(l.sum[static_cast<std::size_t>(i)]);
+  }
+  template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s) {
     for (int i = 0; i < l.count; ++i) unary(op, l.a[i], l.y[i], l.n[i], s);
   }

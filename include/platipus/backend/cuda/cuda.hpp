@@ -81,6 +81,8 @@ struct cuda {
   template <class T>
   static void add_n(const SummandsLayout<T>& l);
   template <class T>
+  static void foreach_add_n(const SumsLayout<T>& l);
+  template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s);
   template <class T>
   static void relu_bias_backward(const BiasLayout& l, const T* g, const T* y, T* dx, T* db);

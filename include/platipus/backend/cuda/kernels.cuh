@@ -117,15 +117,28 @@ __device__ T summand(const SummandsLayout<T>& l, std::size_t k, std::int64_t i) 
   return l.x[k][l.repetition[k].source(i)];
 }
 
+// add_n's sum at y's element i, in order from summand 0.
+template <class T>
+__device__ T add_summands(const SummandsLayout<T>& l, std::int64_t i) {
+  T s = l.negate[0] ? -summand(l, 0, i) : summand(l, 0, i);
+  for (std::size_t k = 1; k < static_cast<std::size_t>(l.count); ++k)
+    s = l.negate[k] ? s - summand(l, k, i) : s + summand(l, k, i);
+  return s;
+}
+
 template <class T>
 __global__ void add_n_kernel(SummandsLayout<T> l) {
-  for (std::int64_t i = thread_index(); i < l.n; i += thread_count()) {
-    T s = l.negate[0] ? -summand(l, 0, i) : summand(l, 0, i);
-    for (std::size_t k = 1; k < static_cast<std::size_t>(l.count); ++k)
-      s = l.negate[k] ? s - summand(l, k, i) : s + summand(l, k, i);
-    l.y[i] = s;
-  }
+  for (std::int64_t i = thread_index(); i < l.n; i += thread_count()) l.y[i] = add_summands(l, i);
 }
+
+// blockIdx.y picks the sum, as in the foreach kernels. The layout is passed
+// by value: it must fit the 4 KiB of a kernel's parameters.
+template <class T>
+__global__ void foreach_add_n_kernel(SumsLayout<T> l) {
+  const SummandsLayout<T>& s = l.sum[blockIdx.y];
+  for (std::int64_t i = thread_index(); i < s.n; i += thread_count()) s.y[i] = add_summands(s, i);
+}
+static_assert(sizeof(SumsLayout<double>) <= 4096);
 
 // Foreach kernels: blockIdx.y picks the piece, a grid-stride loop along x
 // covers its elements.
@@ -217,14 +230,26 @@ __global__ void foreach_sum_to_kernel(PiecesLayout<T> l, std::int64_t copies) {
   }
 }
 
+// The elements of a layout's largest piece (its n[i]; a sum's n).
+template <class Layout>
+std::int64_t longest_piece(const Layout& l) {
+  return *std::max_element(l.n.begin(), l.n.begin() + l.count);
+}
+template <class T>
+std::int64_t longest_piece(const SumsLayout<T>& l) {
+  std::int64_t longest = 0;
+  for (int i = 0; i < l.count; ++i) longest = std::max(longest, l.sum[i].n);
+  return longest;
+}
+
 // Launches a foreach kernel over a layout of pieces (PiecesLayout,
-// AdamLayout): a row of blocks per piece, as many as the largest piece needs
-// (up to the cap).
+// AdamLayout, SumsLayout): a row of blocks per piece, as many as the largest
+// piece needs (up to the cap).
 template <class Layout, class... Params, class... Args>
 void launch_foreach(const char* name, const Layout& l, void (*kernel)(Params...),
                     const Args&... args) {
   if (l.count == 0) return;
-  const std::int64_t longest = *std::max_element(l.n.begin(), l.n.begin() + l.count);
+  const std::int64_t longest = longest_piece(l);
   const std::int64_t blocks =
       std::clamp<std::int64_t>((longest + block_threads - 1) / block_threads, 1, max_blocks);
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(l.count));
@@ -649,6 +674,11 @@ void cuda::axpy(const T* a, const T* b, T* y, std::int64_t n, T s) {
 template <class T>
 void cuda::add_n(const SummandsLayout<T>& l) {
   cuda_kernels::launch("cuda::add_n", l.n, cuda_kernels::add_n_kernel<T>, l);
+}
+
+template <class T>
+void cuda::foreach_add_n(const SumsLayout<T>& l) {
+  cuda_kernels::launch_foreach("cuda::foreach_add_n", l, cuda_kernels::foreach_add_n_kernel<T>, l);
 }
 
 template <class T>
