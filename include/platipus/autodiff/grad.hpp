@@ -156,6 +156,13 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     // repeat along at most two runs of axes.
     static_assert(B::gradients_per_add >= 2 && B::gradients_per_add <= SummandsLayout<T>::capacity);
     const int fold_at = options.create_graph ? 2 : B::gradients_per_add;
+    // One of several outputs (a foreach op's piece) holds a full set until
+    // one more comes, so that a set read first is added with its op's others
+    // (fold_outputs), where the backend adds more than two in a call (on the
+    // CPU, adding two at a time, waiting would hold memory for a loop of
+    // add_n); any other value adds a set as it fills. A recording sweep adds
+    // each as it comes: the tape's order either way.
+    const bool pieces_wait = !options.create_graph && B::gradients_per_add > 2;
     using Values = std::array<const Tensor<T, B>*, SummandsLayout<T>::capacity>;
     auto values_of = [](const Summands& p, Values& values) {
       for (int k = 0; k < p.count; ++k)
@@ -200,7 +207,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     std::vector<std::span<const Tensor<T, B>* const>> due_summands;
     std::vector<std::span<const bool>> due_negated;
     auto fold_outputs = [&](const detail::Node<T, B>& node) {
-      if (options.create_graph || B::gradients_per_add < 3 || node.outputs.size() < 2) return;
+      if (!pieces_wait || node.outputs.size() < 2) return;
       due.clear();
       due_values.resize(node.outputs.size());
       due_summands.clear();
@@ -229,14 +236,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
         if (auto* h = held(filled)) ++*h;
         p.parts[static_cast<std::size_t>(p.count++)] = std::move(filled);
       }
-      // One of several outputs (a foreach op's piece) holds a full set until
-      // one more comes, so that a set read first is added with its op's
-      // others (fold_outputs), where the backend adds more than two in a
-      // call (on the CPU, adding two at a time, waiting would hold memory
-      // for a loop of add_n); any other value adds a set as it fills. A
-      // recording sweep adds each as it comes: the tape's order either way.
-      const bool piece = !options.create_graph && B::gradients_per_add > 2 &&
-                         v->producer != nullptr && v->producer->outputs.size() > 1;
+      const bool piece = pieces_wait && v->producer != nullptr && v->producer->outputs.size() > 1;
       if (piece && p.count == fold_at) fold(p);
       if (auto* h = held(g)) ++*h;
       p.negated[static_cast<std::size_t>(p.count)] = negated;
