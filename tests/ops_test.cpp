@@ -1180,7 +1180,10 @@ TEST_CASE("kl_diagonal_gaussians over pieces is the sum of each piece's, with it
     CHECK(results[0] == results[1]);
     // Two exp_scaled a piece, two foreach calls for all; two subs and an add
     // a piece, three foreach calls (two and a sub a piece where one
-    // broadcasts); a square a piece, one foreach call.
+    // broadcasts); a square a piece, one foreach call; and the terms' mul,
+    // add, shift, sum and scale a piece and the adds between pieces one
+    // kl_from_ratios call (the one-element piece has no sum, the first no
+    // add).
     CHECK(calls[0]["unary exp_scaled"] == 2 * sizes.size());
     CHECK(calls[1]["unary exp_scaled"] == 0);
     CHECK(calls[1]["foreach_unary exp_scaled"] == 2);
@@ -1188,8 +1191,9 @@ TEST_CASE("kl_diagonal_gaussians over pieces is the sum of each piece's, with it
     CHECK(calls[1]["foreach_axpy"] == (broadcast ? 2 : 3));
     CHECK(calls[1]["unary square"] == 0);
     CHECK(calls[1]["foreach_unary square"] == 1);
+    CHECK(calls[1]["kl_from_ratios"] == 1);
     CHECK(calls[0].total() - calls[1].total() ==
-          (broadcast ? 5 : 6) * sizes.size() - (broadcast ? 5 : 6));
+          (broadcast ? 5 : 6) * sizes.size() - (broadcast ? 5 : 6) + 6 * sizes.size() - 3);
   }
 
   Tape<float> tape;
@@ -1205,6 +1209,99 @@ TEST_CASE("kl_diagonal_gaussians over pieces is the sum of each piece's, with it
   CHECK_THROWS_WITH(kl_diagonal_gaussians(FloatSpan(means), FloatSpan(log_vars),
                                           FloatSpan(mismatched), FloatSpan(log_vars)),
                     Contains("means [3, 4] and [3, 2] differ in shape"));
+}
+
+TEST_CASE("kl_from_ratios has its ops' bits, values and derivatives, by one call each way",
+          "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  using Span = std::span<const CountedVar>;
+  // More pieces than one call takes, one of a single element, on rows [2, 3].
+  const Shape rows{2, 3};
+  std::vector<std::int64_t> sizes;
+  for (int i = 0; i < KlLayout<float>::capacity + 2; ++i) sizes.push_back(i == 3 ? 1 : 2 + i % 5);
+  Generator gen(441);
+  std::vector<Tensor<float>> values;  // each piece's r, s, w
+  for (const std::int64_t n : sizes) {
+    Shape s = rows;
+    s.push_back(n);
+    values.push_back(raw::normal<float>({n}, gen));
+    values.push_back(raw::uniform<float>(s, gen));
+    values.push_back(raw::map(UnaryOp::exp, raw::normal<float>({n}, gen)));
+  }
+  const auto other = raw::normal<float>(rows, gen);
+  // How the KL's gradient arrives: one value in every element (a sum's,
+  // scaled), a tensor, a tensor whose sign is passed on.
+  enum class Arrival { uniform, tensor, negated };
+  for (const Arrival arrival : {Arrival::uniform, Arrival::tensor, Arrival::negated}) {
+    CAPTURE(static_cast<int>(arrival));
+    std::vector<std::uint32_t> results[2];
+    KernelCalls forward[2], backward[2];
+    for (const bool fused : {false, true}) {
+      Tape<float, counted> tape;
+      std::vector<CountedVar> v;
+      for (const auto& t : values) v.push_back(tape.variable(t.to<counted>()));
+      std::vector<CountedVar> r, s, w;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        r.push_back(v[3 * i]);
+        s.push_back(v[3 * i + 1]);
+        w.push_back(v[3 * i + 2]);
+      }
+      counted::reset();
+      CountedVar kl;
+      if (fused) {
+        kl = kl_from_ratios(Span(r), Span(s), Span(w));
+      } else {
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+          const auto term = detail::kl_from_ratios(r[i], s[i], w[i]);
+          kl = kl.defined() ? kl + term : term;
+        }
+      }
+      forward[fused] = counted::calls();
+      CountedVar loss;
+      if (arrival == Arrival::uniform)
+        loss = sum(1.5f * kl);
+      else if (arrival == Arrival::tensor)
+        loss = sum(square(kl));
+      else  // sub's rule passes kl's gradient on with its sign
+        loss = sum(square(tape.constant(other.to<counted>()) - kl));
+      counted::reset();
+      const auto plain = grad(loss, Span(v));
+      backward[fused] = counted::calls();
+      const auto first = grad(loss, Span(v), {.create_graph = true});
+      CountedVar norm;
+      for (const auto& d : first) norm = norm.defined() ? norm + sum(mul(d, d)) : sum(mul(d, d));
+      // (Where the KL's gradient is one value, r's is too, and the norm's
+      // gradient in r is zero.)
+      const auto second = grad(norm, Span(v), {.allow_unused = true});
+      results[fused] = bits(kl.value().to<cpu>());
+      for (const auto* grads : {&plain, &first, &second})
+        for (const auto& d : *grads)
+          for (const auto b : bits(d.value().to<cpu>())) results[fused].push_back(b);
+    }
+    CHECK(results[0] == results[1]);
+    // One call each way for up to 24 pieces: two for 26.
+    CHECK(forward[1].total() == 2);
+    CHECK(forward[1]["kl_from_ratios"] == 2);
+    CHECK(backward[1]["kl_from_ratios_backward"] == 2);
+    CHECK(forward[0].total() > 5 * sizes.size());
+    CHECK(backward[0].total() > backward[1].total() + 3 * sizes.size());
+  }
+
+  // Pieces it does not take name the op and what it takes.
+  Tape<float> tape;
+  const auto r = tape.constant(raw::normal<float>({4}, gen)),
+             s = tape.constant(raw::normal<float>({3, 4}, gen)),
+             wrong = tape.constant(raw::normal<float>({3, 5}, gen));
+  using FloatSpan = std::span<const Var<float>>;
+  const std::array<Var<float>, 2> rs{r, r}, ss{s, wrong}, ws{r, r};
+  CHECK_THROWS_WITH(kl_from_ratios(FloatSpan(rs), FloatSpan(ss), FloatSpan(ws)),
+                    Contains("kl_from_ratios") && Contains("2, 2 and 2 pieces given") &&
+                        Contains("squared differences [rows..., n_i] with the same rows"));
+  CHECK_THROWS_WITH(kl_from_ratios(FloatSpan(rs), FloatSpan(ss).first(1), FloatSpan(ws)),
+                    Contains("2, 1 and 2 pieces given"));
+  CHECK_THROWS_WITH(kl_from_ratios(FloatSpan(), FloatSpan(), FloatSpan()),
+                    Contains("0, 0 and 0 pieces given"));
 }
 
 TEST_CASE("power, exponential and activation ops pass first and second order checks", "[ops]") {

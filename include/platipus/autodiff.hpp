@@ -14,6 +14,7 @@
 #include "platipus/autodiff/ops/flatten.hpp"
 #include "platipus/autodiff/ops/foreach.hpp"
 #include "platipus/autodiff/ops/index.hpp"
+#include "platipus/autodiff/ops/kl_from_ratios.hpp"
 #include "platipus/autodiff/ops/linear.hpp"
 #include "platipus/autodiff/ops/matmul.hpp"
 #include "platipus/autodiff/ops/pooling.hpp"

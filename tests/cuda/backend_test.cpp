@@ -183,6 +183,61 @@ TEMPLATE_TEST_CASE("foreach_add_n matches the CPU backend bit for bit, each sum 
   }
 }
 
+TEMPLATE_TEST_CASE("kl_from_ratios matches the CPU backend, its backward bit for bit",
+                   "[cuda][backend]", float, double) {
+  using T = TestType;
+  // More pieces than one call takes, one of a single element, one long
+  // enough for many of a block's strides, on rows [2, 3].
+  const Shape rows{2, 3};
+  std::vector<Tensor<T>> r, s, w;
+  for (int i = 0; i < KlLayout<T>::capacity + 2; ++i) {
+    const std::int64_t n = i == 3 ? 1 : (i == 5 ? 5000 : 2 + i % 40);
+    Shape shape = rows;
+    shape.push_back(n);
+    r.push_back(normal<T>({n}, 40 + 3 * i));
+    s.push_back(positive<T>(shape, 41 + 3 * i));
+    w.push_back(positive<T>({n}, 42 + 3 * i));
+  }
+  std::vector<Tensor<T, cuda>> r_d, s_d, w_d;
+  std::vector<const Tensor<T>*> rp, sp, wp;
+  std::vector<const Tensor<T, cuda>*> rp_d, sp_d, wp_d;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    r_d.push_back(on_device(r[i]));
+    s_d.push_back(on_device(s[i]));
+    w_d.push_back(on_device(w[i]));
+  }
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    rp.push_back(&r[i]);
+    sp.push_back(&s[i]);
+    wp.push_back(&w[i]);
+    rp_d.push_back(&r_d[i]);
+    sp_d.push_back(&s_d[i]);
+    wp_d.push_back(&w_d[i]);
+  }
+  using Host = std::span<const Tensor<T>* const>;
+  using Device = std::span<const Tensor<T, cuda>* const>;
+  // The forward's sums run in the block's order.
+  check_close(raw::kl_from_ratios(Host(rp), Host(sp), Host(wp)),
+              raw::kl_from_ratios(Device(rp_d), Device(sp_d), Device(wp_d)), tolerance<T>,
+              "kl_from_ratios");
+  const Tensor<T> g = normal<T>(rows, 50);
+  const Tensor<T, cuda> g_d = on_device(g);
+  std::vector<bool> wanted(3 * r.size(), true);
+  wanted[1] = wanted[r.size() + 2] = wanted[2 * r.size()] = false;
+  for (const bool uniform : {false, true}) {
+    INFO("uniform " << uniform);
+    const auto on_host =
+        raw::kl_from_ratios_backward(Host(sp), Host(wp), uniform ? nullptr : &g, T(-0.75), wanted);
+    const auto on_gpu = raw::kl_from_ratios_backward(Device(sp_d), Device(wp_d),
+                                                     uniform ? nullptr : &g_d, T(-0.75), wanted);
+    for (std::size_t k = 0; k < wanted.size(); ++k) {
+      INFO("gradient " << k);
+      if (!wanted[k]) continue;
+      CHECK(on_gpu[k].template to<cpu>().to_vector() == on_host[k].to_vector());
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("select matches the CPU backend", "[cuda][backend]", float, double) {
   using T = TestType;
   const Tensor<T> mask = raw::map(UnaryOp::greater_scalar, normal<T>({500}, 7), T(0));

@@ -25,9 +25,10 @@ concept Backend = requires(
     const PiecesLayout<float>& pf, const PiecesLayout<double>& pd, const SubMulLayout<float>& mf,
     const SubMulLayout<double>& md, const MulLayout<float>& uf, const MulLayout<double>& ud,
     const SummandsLayout<float>& sf, const SummandsLayout<double>& sd, const SumsLayout<float>& nf,
-    const SumsLayout<double>& nd, const AdamLayout<float>& af, const AdamLayout<double>& ad,
-    const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm,
-    std::int64_t* positions, std::uint64_t u, const TaskStreams& ts) {
+    const SumsLayout<double>& nd, const KlLayout<float>& kf, const KlLayout<double>& kd,
+    const AdamLayout<float>& af, const AdamLayout<double>& ad, const IndexLayout& il,
+    const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm, std::int64_t* positions,
+    std::uint64_t u, const TaskStreams& ts) {
   // A human-readable device name, for messages.
   { B::name } -> std::convertible_to<const char*>;
   // How many host threads a learner spreads a meta-batch's tasks over when
@@ -97,6 +98,12 @@ concept Backend = requires(
   // Several such sums in one call (SumsLayout), each with add_n's bits.
   {B::foreach_add_n(nf)};
   {B::foreach_add_n(nd)};
+
+  // PLATIPUS's KL over pieces from its ratios, and its gradients (KlLayout).
+  {B::kl_from_ratios(kf, y)};
+  {B::kl_from_ratios(kd, yd)};
+  {B::kl_from_ratios_backward(kf, x, 1.0f)};
+  {B::kl_from_ratios_backward(kd, xd, 1.0)};
 
   // Reductions over the axes that a layout maps to one output element.
   {B::reduce(ReduceOp::sum, x, y, rl)};

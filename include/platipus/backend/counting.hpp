@@ -137,6 +137,16 @@ struct CountingBackend : B {
     B::foreach_sum_to(l, copies);
   }
   template <class T>
+  static void kl_from_ratios(const KlLayout<T>& l, T* y) {
+    count("kl_from_ratios");
+    B::kl_from_ratios(l, y);
+  }
+  template <class T>
+  static void kl_from_ratios_backward(const KlLayout<T>& l, const T* g, T scale) {
+    count("kl_from_ratios_backward");
+    B::kl_from_ratios_backward(l, g, scale);
+  }
+  template <class T>
   static void add_n(const SummandsLayout<T>& l) {
     count("add_n");
     B::add_n(l);

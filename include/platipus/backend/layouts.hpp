@@ -182,6 +182,28 @@ struct MulLayout {
   std::array<bool, capacity> negate{};
 };
 
+// PLATIPUS's KL over a model's pieces (Algorithm 1, step 5), from each
+// piece's ratios r_i [n_i] (log v_p - log v_q + v_q / v_p), squared mean
+// differences s_i [rows, n_i] and inverse variances w_i [n_i] of the prior
+// (meta/algorithms/kl_divergence.hpp), by one call (one kernel on a device):
+//   y[t] = sum over i, in order, of 1/2 sum_j ((r_i[j] + s_i[t, j] w_i[j]) - 1),
+// with the bits of mul, add, shift, reduce over j from 0 (a one-element row
+// as it is), scale and add on each piece, y[t] adding to what it holds where
+// `accumulate` (a list longer than capacity). The backward call writes, from
+// h[t] = g[t] s (s alone where g is null): dr_i[j] = sum_t h[t] and dw_i[j] =
+// sum_t h[t] s_i[t, j] in order from 0, and ds_i[t, j] = h[t] w_i[j], each
+// where its pointer is not null: the bits of those ops' rules.
+template <class T>
+struct KlLayout {
+  static constexpr int capacity = PiecesLayout<T>::capacity;
+  int count = 0;
+  std::int64_t rows = 0;
+  bool accumulate = false;
+  std::array<const T*, capacity> r{}, s{}, w{};
+  std::array<T*, capacity> dr{}, ds{}, dw{};
+  std::array<std::int64_t, capacity> n{};
+};
+
 // How a tensor broadcast to a larger shape repeats along at most two runs
 // of its axes: the larger viewed as [outer, outer_repeat, middle,
 // inner_repeat, inner] and the tensor as [outer, middle, inner]. Both
@@ -225,6 +247,20 @@ struct SumsLayout {
   int count = 0;
   std::array<SummandsLayout<T>, capacity> sum{};
 };
+
+// The elements of a layout's largest piece (its n[i]; a sum's n).
+template <class Layout>
+std::int64_t longest_piece(const Layout& l) {
+  std::int64_t longest = 0;
+  for (int i = 0; i < l.count; ++i) longest = l.n[i] > longest ? l.n[i] : longest;
+  return longest;
+}
+template <class T>
+std::int64_t longest_piece(const SumsLayout<T>& l) {
+  std::int64_t longest = 0;
+  for (int i = 0; i < l.count; ++i) longest = l.sum[i].n > longest ? l.sum[i].n : longest;
+  return longest;
+}
 
 // A tensor viewed as [outer, axis, inner] for gather / scatter-add along axis.
 struct IndexLayout {

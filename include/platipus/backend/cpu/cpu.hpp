@@ -11,6 +11,7 @@
 #include <new>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -167,6 +168,53 @@ struct cpu {
       std::fill_n(y, n, T(0));
       for (const T* x = l.a[k]; x != l.a[k] + copies * n; x += n)
         for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] + x[i];
+    }
+  }
+
+  // Row by row, each formula's results stored before the next reads them
+  // (as the ops' kernels round them: a contracted r + s w would round once),
+  // and the sums in order from 0, as reduce's.
+  template <class T>
+  static void kl_from_ratios(const KlLayout<T>& l, T* y) {
+    std::vector<T> buffer(static_cast<std::size_t>(longest_piece(l)));
+    T* terms = buffer.data();
+    for (int i = 0; i < l.count; ++i) {
+      const std::int64_t n = l.n[i];
+      const T *r = l.r[i], *w = l.w[i];
+      for (std::int64_t t = 0; t < l.rows; ++t) {
+        const T* s = l.s[i] + t * n;
+        for (std::int64_t j = 0; j < n; ++j) terms[j] = s[j] * w[j];
+        for (std::int64_t j = 0; j < n; ++j) terms[j] = (r[j] + terms[j]) + T(-1);
+        T sum = n == 1 ? terms[0] : T(0);  // a one-element row is not summed
+        if (n != 1)
+          for (std::int64_t j = 0; j < n; ++j) sum = sum + terms[j];
+        const T term = sum * T(0.5);
+        y[t] = i == 0 && !l.accumulate ? term : y[t] + term;
+      }
+    }
+  }
+  template <class T>
+  static void kl_from_ratios_backward(const KlLayout<T>& l, const T* g, T scale) {
+    std::vector<T> buffer(static_cast<std::size_t>(longest_piece(l)));
+    T* products = buffer.data();
+    for (int i = 0; i < l.count; ++i) {
+      const std::int64_t n = l.n[i];
+      const T* w = l.w[i];
+      T *dr = l.dr[i], *ds = l.ds[i], *dw = l.dw[i];
+      if (dr) std::fill_n(dr, n, T(0));
+      if (dw) std::fill_n(dw, n, T(0));
+      for (std::int64_t t = 0; t < l.rows; ++t) {
+        const T h = g ? g[t] * scale : scale;
+        const T* s = l.s[i] + t * n;
+        if (ds)
+          for (std::int64_t j = 0; j < n; ++j) ds[t * n + j] = h * w[j];
+        if (dr)
+          for (std::int64_t j = 0; j < n; ++j) dr[j] = dr[j] + h;
+        if (dw) {
+          for (std::int64_t j = 0; j < n; ++j) products[j] = h * s[j];
+          for (std::int64_t j = 0; j < n; ++j) dw[j] = dw[j] + products[j];
+        }
+      }
     }
   }
 

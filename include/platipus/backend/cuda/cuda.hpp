@@ -91,6 +91,10 @@ struct cuda {
   template <class T>
   static void foreach_sum_to(const PiecesLayout<T>& l, std::int64_t copies);
   template <class T>
+  static void kl_from_ratios(const KlLayout<T>& l, T* y);
+  template <class T>
+  static void kl_from_ratios_backward(const KlLayout<T>& l, const T* g, T scale);
+  template <class T>
   static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t);
 
   // ---- reductions ----

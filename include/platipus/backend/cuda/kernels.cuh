@@ -230,18 +230,6 @@ __global__ void foreach_sum_to_kernel(PiecesLayout<T> l, std::int64_t copies) {
   }
 }
 
-// The elements of a layout's largest piece (its n[i]; a sum's n).
-template <class Layout>
-std::int64_t longest_piece(const Layout& l) {
-  return *std::max_element(l.n.begin(), l.n.begin() + l.count);
-}
-template <class T>
-std::int64_t longest_piece(const SumsLayout<T>& l) {
-  std::int64_t longest = 0;
-  for (int i = 0; i < l.count; ++i) longest = std::max(longest, l.sum[i].n);
-  return longest;
-}
-
 // Launches a foreach kernel over a layout of pieces (PiecesLayout,
 // AdamLayout, SumsLayout): a row of blocks per piece, as many as the largest
 // piece needs (up to the cap).
@@ -340,6 +328,52 @@ __global__ void reduce_kernel(Combine combine, T identity, T factor, const T* x,
                     acc);
     acc = group_combine<Group>(acc, combine);
     if (member == 0) y[base.second] = acc * factor;
+  }
+}
+
+// PLATIPUS's KL over pieces: a block per row, each piece's sum combined by
+// the block (group_combine's fixed order) and added to the row's KL by its
+// first thread, in piece order. The rows are a meta-batch's tasks, few, and
+// a block's threads stride over a piece's elements; where a row is one
+// element the sum is that element, as on the CPU.
+template <class T>
+__global__ void kl_from_ratios_kernel(KlLayout<T> l, T* y) {
+  for (std::int64_t t = blockIdx.x; t < l.rows; t += gridDim.x) {
+    T kl = l.accumulate ? y[t] : T(0);
+    for (int i = 0; i < l.count; ++i) {
+      const std::int64_t n = l.n[i];
+      const T *r = l.r[i], *s = l.s[i] + t * n, *w = l.w[i];
+      T sum = T(0);
+      for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        sum = sum + ((r[j] + multiplied_rn(s[j], w[j])) + T(-1));
+      sum = group_combine<block_threads>(sum, functors::add{});
+      if (threadIdx.x == 0) {
+        const T term = sum * T(0.5);
+        kl = i == 0 && !l.accumulate ? term : kl + term;
+      }
+    }
+    if (threadIdx.x == 0) y[t] = kl;
+  }
+}
+static_assert(sizeof(KlLayout<double>) <= 4096);
+
+// A thread per element of a piece, down the rows in order: the CPU's bits.
+template <class T>
+__global__ void kl_from_ratios_backward_kernel(KlLayout<T> l, const T* g, T scale) {
+  const int p = static_cast<int>(blockIdx.y);
+  const std::int64_t n = l.n[p];
+  const T *s = l.s[p], *w = l.w[p];
+  T *dr = l.dr[p], *ds = l.ds[p], *dw = l.dw[p];
+  for (std::int64_t j = thread_index(); j < n; j += thread_count()) {
+    T r_sum = T(0), w_sum = T(0);
+    for (std::int64_t t = 0; t < l.rows; ++t) {
+      const T h = g ? g[t] * scale : scale;
+      if (ds) ds[t * n + j] = h * w[j];
+      r_sum = r_sum + h;
+      w_sum = w_sum + multiplied_rn(h, s[t * n + j]);
+    }
+    if (dr) dr[j] = r_sum;
+    if (dw) dw[j] = w_sum;
   }
 }
 
@@ -721,6 +755,21 @@ template <class T>
 void cuda::foreach_sum_to(const PiecesLayout<T>& l, std::int64_t copies) {
   cuda_kernels::launch_foreach("cuda::foreach_sum_to", l, cuda_kernels::foreach_sum_to_kernel<T>, l,
                                copies);
+}
+
+template <class T>
+void cuda::kl_from_ratios(const KlLayout<T>& l, T* y) {
+  using namespace cuda_kernels;
+  if (l.count == 0 || l.rows == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min(l.rows, max_blocks));
+  kl_from_ratios_kernel<T><<<blocks, block_threads, 0, cudaStreamPerThread>>>(l, y);
+  detail::check_cuda(cudaGetLastError(), "cuda::kl_from_ratios");
+}
+
+template <class T>
+void cuda::kl_from_ratios_backward(const KlLayout<T>& l, const T* g, T scale) {
+  cuda_kernels::launch_foreach("cuda::kl_from_ratios_backward", l,
+                               cuda_kernels::kl_from_ratios_backward_kernel<T>, l, g, scale);
 }
 
 template <class T>

@@ -47,8 +47,10 @@ Var<T, B> kl_diagonal_gaussians(const Var<T, B>& mean_q, const Var<T, B>& log_va
 // foreach_exp_scaled ops where they were two exp_scaled a piece, the
 // differences log v_p - log v_q and m_q - m_p and the sums r + exp(-r) three
 // foreach_add_scaled ops (at -1, 1 and -1: sub's and add's bits) where they
-// were three a piece, and the squares (m_q - m_p)^2 one foreach_square
-// (issue 38).
+// were three a piece, the squares (m_q - m_p)^2 one foreach_square, and
+// the terms, their sums and the sum over pieces one kl_from_ratios op where
+// the log-variances have one shape [n_i] and the means [rows..., n_i] (issue
+// 38).
 template <class T, class B>
 Var<T, B> kl_diagonal_gaussians(std::span<const Var<T, B>> mean_q,
                                 std::span<const Var<T, B>> log_var_q,
@@ -73,6 +75,14 @@ Var<T, B> kl_diagonal_gaussians(std::span<const Var<T, B>> mean_q,
   const auto squared_difference =
       foreach_square(std::span<const Var<T, B>>(foreach_add_scaled(mean_q, mean_p, T(-1))));
   const auto inverse_var_p = foreach_exp_scaled(log_var_p, T(-1));
+  using Span = std::span<const Var<T, B>>;
+  const auto values = [](const std::vector<Var<T, B>>& x) {
+    return detail::values(Span(x));
+  };
+  const auto rv = values(ratios), sv = values(squared_difference), wv = values(inverse_var_p);
+  using Values = std::span<const Tensor<T, B>* const>;
+  if (raw::kl_from_ratios_takes(Values(rv), Values(sv), Values(wv)))
+    return kl_from_ratios(Span(ratios), Span(squared_difference), Span(inverse_var_p));
   Var<T, B> kl;
   for (std::size_t i = 0; i < n; ++i) {
     const auto term = detail::kl_from_ratios(ratios[i], squared_difference[i], inverse_var_p[i]);
