@@ -71,6 +71,21 @@ TEST_CASE("grad with respect to an intermediate value stops there", "[grad]") {
   CHECK(grad(y, x).item() == Approx(4 * 27.0));
 }
 
+TEST_CASE("grad from a first output of an op with several reaches its inputs", "[grad]") {
+  // The node's later outputs lie after the output asked for: the sweep's
+  // range holds them too (it wrote past its end where it stopped at the
+  // output asked for; the sanitizer build saw it).
+  Tape<double> tape;
+  const auto x = tape.variable(Tensor<double>::from_host({4}, {1.0, 2.0, 3.0, 4.0}));
+  const std::array<std::int64_t, 2> sizes{1, 3};
+  const auto pieces = split(x, 0, std::span<const std::int64_t>(sizes));
+  CHECK(grad(pieces[0], x).to_vector() == std::vector<double>{1.0, 0.0, 0.0, 0.0});
+  // A loss's first output, its second the differences it keeps.
+  const auto p = tape.variable(Tensor<double>::from_host({2}, {0.5, -1.0}));
+  const auto t = tape.constant(Tensor<double>::from_host({2}, {1.5, 1.0}));
+  CHECK(grad(squared_error(p, t, 0, true), p).to_vector() == std::vector<double>{-1.0, -2.0});
+}
+
 TEST_CASE("grad refuses what it cannot differentiate, naming shapes", "[grad][errors]") {
   Tape<double> tape;
   const auto x = tape.variable(Tensor<double>::ones({2, 3}));

@@ -981,9 +981,10 @@ TEST_CASE(
           for (const auto b : bits(r.value())) results[host].push_back(b);
       }
       CHECK(results[0] == results[1]);
-      // The tensor's log, and the add that broadcasts it, become a shift.
-      CHECK(forward[1].total() == forward[0].total() - 1);
-      CHECK(forward[1]["unary div_scalar"] == 1);
+      // One op, squared_error, where the tensor's were eight.
+      CHECK(forward[0].total() == 8);
+      CHECK(forward[1].total() == 1);
+      CHECK(forward[1]["squared_error"] == 1);
       // The gradient stays one host value down to square's one scale.
       CHECK(backward[1].total() == 1);
       CHECK(backward[1]["unary scale"] == 1);
@@ -993,6 +994,64 @@ TEST_CASE(
   for (const double bad : {0.0, -1.0, std::nan("")})
     CHECK_THROWS_WITH(gaussian_nll_loss(p, bad, p),
                       Contains("gaussian_nll_loss") && Contains("variance"));
+}
+
+TEST_CASE(
+    "squared_error has the bits of sub, square, the NLL's maps and the reduction, to the second "
+    "derivative, in one call",
+    "[ops][loss]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  using Span = std::span<const CountedVar>;
+  Generator gen(413);
+  const auto p0 = raw::normal<float>({2, 5, 3}, gen), y0 = raw::normal<float>({2, 5, 3}, gen);
+  const float variance = 0.09f;
+  // No reduction (batch_dims 3), a mean or sum per task, one over all; the
+  // loss's gradient one value (a sum's) or a tensor; mse or the NLL.
+  for (const int batch_dims : {0, 1, 3})
+    for (const auto reduction : {Reduction::mean, Reduction::sum})
+      for (const bool tensor_gradient : {false, true})
+        for (const bool gaussian : {false, true}) {
+          CAPTURE(batch_dims, reduction == Reduction::mean, tensor_gradient, gaussian);
+          std::vector<std::uint32_t> results[2];
+          KernelCalls forward[2];
+          for (const bool fused : {false, true}) {
+            Tape<float, counted> tape;
+            const std::array<CountedVar, 2> v{tape.variable(p0.to<counted>()),
+                                              tape.variable(y0.to<counted>())};
+            counted::reset();
+            CountedVar loss;
+            if (fused) {
+              loss = squared_error(v[0], v[1], batch_dims, reduction == Reduction::mean,
+                                   gaussian ? std::optional<float>(variance) : std::nullopt);
+            } else {
+              auto q = square(sub(v[0], v[1]));
+              if (gaussian)
+                q = scale(
+                    shift(shift(div(q, variance), std::log(variance)), detail::log_two_pi<float>()),
+                    0.5f);
+              loss = detail::reduce_after(q, batch_dims, reduction, "composite");
+            }
+            forward[fused] = counted::calls();
+            const CountedVar total = tensor_gradient ? sum(square(loss)) : sum(loss);
+            const auto g = grad(total, Span(v));
+            const auto g2 = grad(total, Span(v), {.create_graph = true});
+            const auto h = grad(sum(mul(g2[0], g2[0])) + sum(mul(g2[1], g2[0])), Span(v));
+            for (const auto& r : {loss, g[0], g[1], g2[0], g2[1], h[0], h[1]})
+              for (const auto b : bits(r.value())) results[fused].push_back(b);
+          }
+          CHECK(results[0] == results[1]);
+          CHECK(forward[1].total() == 1);
+          CHECK(forward[1]["squared_error"] == 1);
+          CHECK(forward[0].total() == (gaussian ? 6u : 2u) + (batch_dims < 3 ? 1u : 0u));
+        }
+  Tape<float> tape;
+  const auto a = tape.variable(Tensor<float>::zeros({2, 3}));
+  const auto b = tape.variable(Tensor<float>::zeros({3, 2}));
+  CHECK_THROWS_WITH(squared_error(a, b, 1, true),
+                    Contains("squared_error") && Contains("[2, 3]") && Contains("[3, 2]"));
+  CHECK_THROWS_WITH(squared_error(a, a, 3, true),
+                    Contains("squared_error") && Contains("batch_dims 3 is out of range"));
 }
 
 TEST_CASE("foreach_exp_scaled is exp_scaled on every piece in one call, with its bits",

@@ -22,6 +22,7 @@
 #include "platipus/autodiff/ops/reduce.hpp"
 #include "platipus/autodiff/ops/reshape.hpp"
 #include "platipus/autodiff/ops/softmax.hpp"
+#include "platipus/autodiff/ops/squared_error.hpp"
 #include "platipus/autodiff/ops/unfold.hpp"
 #include "platipus/autodiff/ops/where.hpp"
 #include "platipus/autodiff/tape.hpp"

@@ -238,6 +238,32 @@ TEMPLATE_TEST_CASE("kl_from_ratios matches the CPU backend, its backward bit for
   }
 }
 
+TEMPLATE_TEST_CASE("squared_error matches the CPU backend, its differences bit for bit",
+                   "[cuda][backend]", float, double) {
+  using T = TestType;
+  // Rows of one point, of fewer points than a warp and of many; the mean
+  // squared error and the Gaussian NLL, by their mean or sum.
+  for (const Shape& shape : {Shape{25, 10, 1}, Shape{3, 100, 2}, Shape{7, 1}})
+    for (const int batch_dims : {1, shape.rank()})
+      for (const bool mean : {false, true})
+        for (const bool gaussian : {false, true}) {
+          INFO("shape " << shape.to_string() << ", batch_dims " << batch_dims << ", mean " << mean
+                        << ", gaussian " << gaussian);
+          const Tensor<T> pred = normal<T>(shape, 60), target = normal<T>(shape, 61);
+          SquaredErrorLayout<T> form{.mean = mean, .gaussian = gaussian};
+          if (gaussian) {
+            form.variance = T(0.09);
+            form.log_variance = std::log(form.variance);
+            form.log_two_pi = T(1.8378770664093453);
+          }
+          const auto on_host = raw::squared_error(pred, target, batch_dims, form);
+          const auto on_gpu =
+              raw::squared_error(on_device(pred), on_device(target), batch_dims, form);
+          check_close(on_host.loss, on_gpu.loss, tolerance<T>, "squared_error");
+          CHECK(on_gpu.difference.template to<cpu>().to_vector() == on_host.difference.to_vector());
+        }
+}
+
 TEMPLATE_TEST_CASE("select matches the CPU backend", "[cuda][backend]", float, double) {
   using T = TestType;
   const Tensor<T> mask = raw::map(UnaryOp::greater_scalar, normal<T>({500}, 7), T(0));

@@ -86,7 +86,12 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
   std::uint32_t lo = UINT32_MAX, hi = 0;
   for (const auto& x : inputs)
     if (x.requires_grad()) lo = std::min(lo, x.record()->id);
-  for (const auto& y : outputs) hi = std::max(hi, y.record()->id);
+  // The range holds every output of the nodes it reaches: an output's
+  // node's last output, not the output asked for, bounds it.
+  for (const auto& y : outputs) {
+    const Value* v = y.record();
+    hi = std::max(hi, v->producer ? v->producer->outputs.back()->id : v->id);
+  }
   std::vector<Var<T, B>> result(inputs.size());
   if (lo <= hi) {
     const std::size_t span = hi - lo + 1;

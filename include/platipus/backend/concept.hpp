@@ -26,6 +26,7 @@ concept Backend = requires(
     const SubMulLayout<double>& md, const MulLayout<float>& uf, const MulLayout<double>& ud,
     const SummandsLayout<float>& sf, const SummandsLayout<double>& sd, const SumsLayout<float>& nf,
     const SumsLayout<double>& nd, const KlLayout<float>& kf, const KlLayout<double>& kd,
+    const SquaredErrorLayout<float>& ef, const SquaredErrorLayout<double>& ed,
     const AdamLayout<float>& af, const AdamLayout<double>& ad, const IndexLayout& il,
     const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm, std::int64_t* positions,
     std::uint64_t u, const TaskStreams& ts) {
@@ -104,6 +105,11 @@ concept Backend = requires(
   {B::kl_from_ratios(kd, yd)};
   {B::kl_from_ratios_backward(kf, x, 1.0f)};
   {B::kl_from_ratios_backward(kd, xd, 1.0)};
+
+  // A squared-error loss's points, differences and row sums or means
+  // (SquaredErrorLayout): y from pred and target, the differences kept.
+  {B::squared_error(ef, x, x, y, y)};
+  {B::squared_error(ed, xd, xd, yd, yd)};
 
   // Reductions over the axes that a layout maps to one output element.
   {B::reduce(ReduceOp::sum, x, y, rl)};

@@ -147,6 +147,12 @@ struct CountingBackend : B {
     B::kl_from_ratios_backward(l, g, scale);
   }
   template <class T>
+  static void squared_error(const SquaredErrorLayout<T>& l, const T* pred, const T* target,
+                            T* difference, T* y) {
+    count("squared_error");
+    B::squared_error(l, pred, target, difference, y);
+  }
+  template <class T>
   static void add_n(const SummandsLayout<T>& l) {
     count("add_n");
     B::add_n(l);

@@ -204,6 +204,20 @@ struct KlLayout {
   std::array<std::int64_t, capacity> n{};
 };
 
+// A squared-error loss over `rows` rows of `points` consecutive points in
+// one call (nn/losses.hpp's mse_loss, and gaussian_nll_loss at a variance
+// known on the host): each point's difference d = pred - target (kept, for
+// the gradient) and q = d^2, mapped by the Gaussian NLL's ((q / variance +
+// log_variance) + log_two_pi) / 2 where `gaussian`; each row's q summed in
+// order from 0, times 1 / points where `mean`, into y (a row of one point
+// is its q): the bits of sub, square, (div, shift, shift, scale) and reduce.
+template <class T>
+struct SquaredErrorLayout {
+  std::int64_t rows = 0, points = 0;
+  bool mean = false, gaussian = false;
+  T variance = T(1), log_variance = T(0), log_two_pi = T(0);
+};
+
 // How a tensor broadcast to a larger shape repeats along at most two runs
 // of its axes: the larger viewed as [outer, outer_repeat, middle,
 // inner_repeat, inner] and the tensor as [outer, middle, inner]. Both

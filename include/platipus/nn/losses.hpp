@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cmath>
-#include <numbers>
 #include <numeric>
 #include <vector>
 
@@ -27,14 +26,18 @@ enum class Reduction { mean, sum };
 
 namespace detail {
 
+inline void check_reducible(const Shape& x, int batch_dims, std::string_view loss) {
+  check(batch_dims >= 0 && batch_dims <= x.rank(), loss,
+        "batch_dims {} is out of range for shape {}", batch_dims, x);
+  check(x.numel() > 0, loss, "empty input of shape {}", x);
+}
+
 template <class T, class B>
 Var<T, B> reduce_after(const Var<T, B>& x, int batch_dims, Reduction reduction,
                        std::string_view loss) {
-  check(batch_dims >= 0 && batch_dims <= x.rank(), loss,
-        "batch_dims {} is out of range for shape {}", batch_dims, x.shape());
+  check_reducible(x.shape(), batch_dims, loss);
   std::vector<int> axes(static_cast<std::size_t>(x.rank() - batch_dims));
   std::iota(axes.begin(), axes.end(), batch_dims);
-  check(x.numel() > 0, loss, "empty input of shape {}", x.shape());
   if (axes.empty()) return x;
   return reduction == Reduction::sum ? sum(x, std::span<const int>(axes))
                                      : mean(x, std::span<const int>(axes));
@@ -61,9 +64,9 @@ template <class T, class B>
 Var<T, B> mse_loss(const Var<T, B>& pred, const Var<T, B>& target, int batch_dims = 0,
                    Reduction reduction = Reduction::mean) {
   detail::check_same_shape("mse_loss", pred, target);
-  return detail::checked(
-      detail::reduce_after(square(sub(pred, target)), batch_dims, reduction, "mse_loss"),
-      "mse_loss", pred.shape(), target.shape());
+  detail::check_reducible(pred.shape(), batch_dims, "mse_loss");
+  return detail::checked(squared_error(pred, target, batch_dims, reduction == Reduction::mean),
+                         "mse_loss", pred.shape(), target.shape());
 }
 
 // Sigmoid cross-entropy on logits z with targets y in [0, 1]:
@@ -108,13 +111,6 @@ Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels,
                                        batch_dims, reduction, labels.shape());
 }
 
-namespace detail {
-template <class T>
-T log_two_pi() {
-  return static_cast<T>(std::log(2 * std::numbers::pi));
-}
-}  // namespace detail
-
 // Negative log-likelihood of target under N(mean, variance), constant included.
 template <class T, class B>
 Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
@@ -136,12 +132,13 @@ Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, const Var<T, B>& variance,
 
 // The same with one variance for every point, known on the host (a known
 // noise scale): the bits of the form above at a tensor of `variance` on the
-// CPU, without the tensor, its log and its broadcast add (log v is a shift)
-// and with no kernel for the gradient but square's scale: dividing by a
-// scalar keeps a loss's gradient one host value (Backward::uniform_grad)
-// where dividing by a tensor made it a tensor (issue 38). The log is the
-// host's, which on a device may differ from the device's by an ulp: the
-// loss's value, not its gradient (docs/architecture.md).
+// CPU, without the tensor, its log and its broadcast add (log v is a shift),
+// one op and one kernel forward (squared_error) and none for the gradient
+// but one scale: dividing by a scalar keeps a loss's gradient one host value
+// (Backward::uniform_grad) where dividing by a tensor made it a tensor
+// (issue 38). The log is the host's, which on a device may differ from the
+// device's by an ulp: the loss's value, not its gradient
+// (docs/architecture.md).
 template <class T, class B>
 Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, T variance, const Var<T, B>& target,
                             int batch_dims = 0, Reduction reduction = Reduction::mean) {
@@ -149,13 +146,11 @@ Var<T, B> gaussian_nll_loss(const Var<T, B>& mean_, T variance, const Var<T, B>&
   detail::check_same_shape(name, mean_, target);
   check_finite(name, "variance", variance);
   check_positive(name, "variance", variance);
-  // log v + q is q + log v to the bit.
-  const auto per_point =
-      scale(shift(shift(div(square(sub(mean_, target)), variance), std::log(variance)),
-                  detail::log_two_pi<T>()),
-            T(0.5));
-  return detail::checked(detail::reduce_after(per_point, batch_dims, reduction, name), name,
-                         mean_.shape(), target.shape());
+  detail::check_reducible(mean_.shape(), batch_dims, name);
+  // One op (log v + q is q + log v to the bit).
+  return detail::checked(
+      squared_error(mean_, target, batch_dims, reduction == Reduction::mean, variance), name,
+      mean_.shape(), target.shape());
 }
 
 }  // namespace platipus

@@ -218,6 +218,31 @@ struct cpu {
     }
   }
 
+  // Each formula's results stored before the next reads them (as the ops'
+  // kernels round them: a contracted sum + q, q a product, would round
+  // once), each row's sum in order from 0, as reduce's.
+  template <class T>
+  static void squared_error(const SquaredErrorLayout<T>& l, const T* pred, const T* target,
+                            T* difference, T* y) {
+    const std::int64_t n = l.points;
+    std::vector<T> buffer(static_cast<std::size_t>(n));
+    T* q = buffer.data();
+    for (std::int64_t row = 0; row < l.rows; ++row, pred += n, target += n, difference += n) {
+      for (std::int64_t j = 0; j < n; ++j) difference[j] = pred[j] - target[j];
+      for (std::int64_t j = 0; j < n; ++j) q[j] = difference[j] * difference[j];
+      if (l.gaussian)
+        for (std::int64_t j = 0; j < n; ++j)
+          q[j] = ((q[j] / l.variance + l.log_variance) + l.log_two_pi) * T(0.5);
+      if (n == 1) {
+        y[row] = q[0];
+        continue;
+      }
+      T sum = T(0);
+      for (std::int64_t j = 0; j < n; ++j) sum = sum + q[j];
+      y[row] = l.mean ? sum * (T(1) / static_cast<T>(n)) : sum;
+    }
+  }
+
   template <class T>
   static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t) {
     const auto correction = step.at(*t);

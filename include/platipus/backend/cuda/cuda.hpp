@@ -95,6 +95,9 @@ struct cuda {
   template <class T>
   static void kl_from_ratios_backward(const KlLayout<T>& l, const T* g, T scale);
   template <class T>
+  static void squared_error(const SquaredErrorLayout<T>& l, const T* pred, const T* target,
+                            T* difference, T* y);
+  template <class T>
   static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t);
 
   // ---- reductions ----

@@ -377,6 +377,29 @@ __global__ void kl_from_ratios_backward_kernel(KlLayout<T> l, const T* g, T scal
   }
 }
 
+// A squared-error loss: a warp per row, its points' q combined by the warp
+// (group_combine's fixed order); a row of one point is its q, as on the CPU.
+template <class T>
+__global__ void squared_error_kernel(SquaredErrorLayout<T> l, const T* pred, const T* target,
+                                     T* difference, T* y) {
+  const int lane = static_cast<int>(threadIdx.x) % warp_threads;
+  const std::int64_t warps = thread_count() / warp_threads;
+  for (std::int64_t row = thread_index() / warp_threads; row < l.rows; row += warps) {
+    T sum = T(0), q = T(0);
+    for (std::int64_t j = lane; j < l.points; j += warp_threads) {
+      const std::int64_t i = row * l.points + j;
+      const T d = pred[i] - target[i];
+      difference[i] = d;
+      q = multiplied_rn(d, d);
+      if (l.gaussian) q = multiplied_rn((q / l.variance + l.log_variance) + l.log_two_pi, T(0.5));
+      sum = sum + q;
+    }
+    sum = group_combine<warp_threads>(sum, functors::add{});
+    if (lane == 0)
+      y[row] = l.points == 1 ? q : l.mean ? sum * (T(1) / static_cast<T>(l.points)) : sum;
+  }
+}
+
 template <class T, class I>
 __global__ void copy_kernel(const T* src, T* dst, CopyLayout l, I n) {
   for (I i = static_cast<I>(thread_index()); i < n; i += static_cast<I>(thread_count())) {
@@ -770,6 +793,13 @@ template <class T>
 void cuda::kl_from_ratios_backward(const KlLayout<T>& l, const T* g, T scale) {
   cuda_kernels::launch_foreach("cuda::kl_from_ratios_backward", l,
                                cuda_kernels::kl_from_ratios_backward_kernel<T>, l, g, scale);
+}
+
+template <class T>
+void cuda::squared_error(const SquaredErrorLayout<T>& l, const T* pred, const T* target,
+                         T* difference, T* y) {
+  cuda_kernels::launch("cuda::squared_error", l.rows * cuda_kernels::warp_threads,
+                       cuda_kernels::squared_error_kernel<T>, l, pred, target, difference, y);
 }
 
 template <class T>
