@@ -28,6 +28,37 @@ TEST_CASE("TaskNoise gives each task the same numbers however the batch is cut",
   CHECK(next.normal<double, cpu>({1, 3}).to_vector()[0] != v[0]);
 }
 
+TEMPLATE_TEST_CASE("TaskNoise draws a list of shapes by one call, each as its own draw",
+                   "[components][random]", float, double) {
+  using T = TestType;
+  using counted = CountingBackend<cpu>;
+  Generator gen(71);
+  const TaskNoise noise(gen);
+  // More pieces than one call takes, one of them empty, partial Philox blocks.
+  std::vector<Shape> shapes;
+  for (int i = 0; i < NormalRowsLayout<T>::capacity + 2; ++i)
+    shapes.push_back(i == 5 ? Shape{3, 0} : Shape{3, 1 + i % 7, 2});
+  TaskNoise one_by_one = noise, listed = noise;
+  std::vector<std::vector<T>> expected;
+  for (const Shape& shape : shapes)
+    expected.push_back(one_by_one.normal<T, cpu>(shape).to_vector());
+  counted::reset();
+  const auto draws = listed.normal<T, counted>(std::span<const Shape>(shapes));
+  CHECK(counted::calls().total() == 2);
+  CHECK(counted::calls()["foreach_fill_normal_rows"] == 2);
+  REQUIRE(draws.size() == shapes.size());
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    CHECK(draws[i].shape() == shapes[i]);
+    CHECK(draws[i].to_vector() == expected[i]);
+  }
+  // The next draw goes on where a draw each would have left it.
+  CHECK(listed.normal<T, cpu>({3, 4}).to_vector() == one_by_one.normal<T, cpu>({3, 4}).to_vector());
+  const std::array<Shape, 2> uneven{Shape{3, 2}, Shape{4, 2}};
+  CHECK_THROWS_WITH(
+      (listed.normal<T, cpu>(std::span<const Shape>(uneven))),
+      Catch::Contains("TaskNoise::normal") && Catch::Contains("4 tasks where the first has 3"));
+}
+
 TEMPLATE_TEST_CASE("a row fill is one fill per row, row r under its task's stream",
                    "[components][random]", float, double) {
   using T = TestType;

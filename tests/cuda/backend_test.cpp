@@ -478,6 +478,28 @@ TEMPLATE_TEST_CASE("row fills give the CPU backend's numbers, one launch for eve
   }
 }
 
+TEMPLATE_TEST_CASE("foreach row fills are each piece's row fill bit for bit, in one launch",
+                   "[cuda][random]", float, double) {
+  using T = TestType;
+  const TaskStreams streams{.key = 99, .first = 4};
+  NormalRowsLayout<T> l{.count = 3, .rows = 25};
+  const std::array<std::int64_t, 3> n{7, 4000, 1};
+  std::vector<Tensor<T, cuda>> pieces;
+  for (int i = 0; i < l.count; ++i) {
+    pieces.emplace_back(Shape{l.rows, n[static_cast<std::size_t>(i)]});
+    l.y[static_cast<std::size_t>(i)] = pieces.back().data();
+    l.n[static_cast<std::size_t>(i)] = n[static_cast<std::size_t>(i)];
+    l.block[static_cast<std::size_t>(i)] = 9 + 1000 * static_cast<std::uint64_t>(i);
+  }
+  cuda::foreach_fill_normal_rows(l, 5, streams);
+  for (int i = 0; i < l.count; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    Tensor<T, cuda> one({l.rows, n[k]});
+    cuda::fill_normal_rows(one.data(), l.rows, n[k], 5, streams, l.block[k]);
+    CHECK(pieces[k].to_vector() == one.to_vector());
+  }
+}
+
 TEST_CASE("CUDA failures throw platipus::error naming the call, and the backend goes on working",
           "[cuda][errors]") {
   CHECK_THROWS_WITH(cuda::allocate(std::size_t{1} << 50),

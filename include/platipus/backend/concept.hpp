@@ -27,6 +27,7 @@ concept Backend = requires(
     const SummandsLayout<float>& sf, const SummandsLayout<double>& sd, const SumsLayout<float>& nf,
     const SumsLayout<double>& nd, const KlLayout<float>& kf, const KlLayout<double>& kd,
     const SquaredErrorLayout<float>& ef, const SquaredErrorLayout<double>& ed,
+    const NormalRowsLayout<float>& rf, const NormalRowsLayout<double>& rd,
     const AdamLayout<float>& af, const AdamLayout<double>& ad, const IndexLayout& il,
     const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm, std::int64_t* positions,
     std::uint64_t u, const TaskStreams& ts) {
@@ -181,6 +182,9 @@ concept Backend = requires(
   // task_stream(streams, r), first block): the draws of a meta-batch's tasks.
   {B::fill_normal_rows(y, n, n, u, ts, u)};
   {B::fill_normal_rows(yd, n, n, u, ts, u)};
+  // Several pieces' such fills in one call (NormalRowsLayout).
+  {B::foreach_fill_normal_rows(rf, u, ts)};
+  {B::foreach_fill_normal_rows(rd, u, ts)};
 };
 
 }  // namespace platipus

@@ -267,6 +267,12 @@ struct CountingBackend : B {
     count("fill_normal_rows");
     B::fill_normal_rows(y, rows, n, seed, streams, block);
   }
+  template <class T>
+  static void foreach_fill_normal_rows(const NormalRowsLayout<T>& l, std::uint64_t seed,
+                                       const TaskStreams& streams) {
+    count("foreach_fill_normal_rows");
+    B::foreach_fill_normal_rows(l, seed, streams);
+  }
 
  private:
   static std::mutex& mutex() {

@@ -218,6 +218,20 @@ struct SquaredErrorLayout {
   T variance = T(1), log_variance = T(0), log_two_pi = T(0);
 };
 
+// Up to `capacity` normal fills of `rows` rows each by one call (one kernel
+// on a device), piece i's rows of n[i] values at y[i], row r from (seed,
+// task_stream(streams, r), block[i]): fill_normal_rows on each piece, with
+// its bits (TaskNoise's draws for a model's pieces).
+template <class T>
+struct NormalRowsLayout {
+  static constexpr int capacity = PiecesLayout<T>::capacity;
+  int count = 0;
+  std::int64_t rows = 0;
+  std::array<T*, capacity> y{};
+  std::array<std::int64_t, capacity> n{};
+  std::array<std::uint64_t, capacity> block{};
+};
+
 // How a tensor broadcast to a larger shape repeats along at most two runs
 // of its axes: the larger viewed as [outer, outer_repeat, middle,
 // inner_repeat, inner] and the tensor as [outer, middle, inner]. Both

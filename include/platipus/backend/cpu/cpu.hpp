@@ -451,6 +451,12 @@ struct cpu {
     for (std::int64_t r = 0; r < rows; ++r)
       fill_normal(y + r * n, n, seed, task_stream(streams, r), block);
   }
+  template <class T>
+  static void foreach_fill_normal_rows(const NormalRowsLayout<T>& l, std::uint64_t seed,
+                                       const TaskStreams& streams) {
+    for (int i = 0; i < l.count; ++i)
+      fill_normal_rows(l.y[i], l.rows, l.n[i], seed, streams, l.block[i]);
+  }
 
  private:
   // add_n's y = base ± x[k], or ±x[k] where base is null, in one pass.

@@ -161,6 +161,9 @@ struct cuda {
   template <class T>
   static void fill_normal_rows(T* y, std::int64_t rows, std::int64_t n, std::uint64_t seed,
                                const TaskStreams& streams, std::uint64_t block);
+  template <class T>
+  static void foreach_fill_normal_rows(const NormalRowsLayout<T>& l, std::uint64_t seed,
+                                       const TaskStreams& streams);
 };
 
 static_assert(Backend<cuda>);

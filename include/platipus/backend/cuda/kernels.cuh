@@ -687,6 +687,25 @@ __global__ void philox_rows_kernel(T* y, std::int64_t rows, std::int64_t n, std:
   }
 }
 
+// philox_rows_kernel on each piece of a layout, blockIdx.y the piece.
+template <class T>
+__global__ void foreach_philox_rows_kernel(NormalRowsLayout<T> l, std::uint64_t seed,
+                                           TaskStreams streams, const std::uint64_t* salt) {
+  constexpr int per_block = PhiloxDraw<T>::per_block;
+  const int p = static_cast<int>(blockIdx.y);
+  const std::int64_t n = l.n[p], blocks = (n + per_block - 1) / per_block;
+  for (std::int64_t i = thread_index(); i < l.rows * blocks; i += thread_count()) {
+    const std::int64_t r = i / blocks, b = i % blocks;
+    const std::uint64_t stream = task_stream(streams, r) ^ (salt ? *salt : 0);
+    const PhiloxBlock bits =
+        philox4x32_10(seed, l.block[p] + static_cast<std::uint64_t>(b), stream);
+    T* row = l.y[p] + r * n;
+    for (int lane = 0; lane < per_block && b * per_block + lane < n; ++lane)
+      row[b * per_block + lane] = PhiloxDraw<T>::normal(bits, lane);
+  }
+}
+static_assert(sizeof(NormalRowsLayout<double>) <= 4096);
+
 __global__ void advance_salt_kernel(std::uint64_t* salt) {
   const PhiloxBlock b = philox4x32_10(*salt, 0, 0x243f6a8885a308d3ull);
   *salt = static_cast<std::uint64_t>(b[0]) << 32 | b[1];
@@ -975,6 +994,22 @@ void cuda::fill_normal_rows(T* y, std::int64_t rows, std::int64_t n, std::uint64
       rows * ((n + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block);
   cuda_kernels::launch("cuda::fill_normal_rows", blocks, cuda_kernels::philox_rows_kernel<T>, y,
                        rows, n, seed, streams, block, detail::graph_random_salt());
+}
+
+template <class T>
+void cuda::foreach_fill_normal_rows(const NormalRowsLayout<T>& l, std::uint64_t seed,
+                                    const TaskStreams& streams) {
+  using namespace cuda_kernels;
+  if (l.count == 0 || l.rows == 0) return;
+  // A row of blocks per piece, as many as the piece of most Philox blocks needs.
+  const std::int64_t longest =
+      l.rows * ((longest_piece(l) + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block);
+  const dim3 grid(static_cast<unsigned>(std::clamp<std::int64_t>(
+                      (longest + block_threads - 1) / block_threads, 1, max_blocks)),
+                  static_cast<unsigned>(l.count));
+  foreach_philox_rows_kernel<T><<<grid, block_threads, 0, cudaStreamPerThread>>>(
+      l, seed, streams, detail::graph_random_salt());
+  detail::check_cuda(cudaGetLastError(), "cuda::foreach_fill_normal_rows");
 }
 
 }  // namespace platipus

@@ -244,11 +244,18 @@ Adapted<T, B> inner_step(const M& model, const L& loss, Pieces<T, B> phi, const 
                 {.create_graph = options.create_graph});
   if (loop.max_gradient_norm > 0) g = clip_task_norms(g, loop.max_gradient_norm);
   if (loop.gradient_noise > 0) {
+    // The draws, their scaling and the sums for all pieces by one call each
+    // (foreach_add_scaled at 1 has add's bits).
     check(options.noise != nullptr, "adapt", "gradient noise needs a generator");
-    for (auto& gi : g)
-      gi = gi + gi.tape().constant(raw::map(UnaryOp::scale,
-                                            options.noise->template normal<T, B>(gi.shape()),
-                                            static_cast<T>(loop.gradient_noise)));
+    std::vector<Shape> shapes;
+    for (const auto& gi : g) shapes.push_back(gi.shape());
+    const auto draws = options.noise->template normal<T, B>(std::span<const Shape>(shapes));
+    std::vector<const Tensor<T, B>*> values;
+    for (const auto& d : draws) values.push_back(&d);
+    Pieces<T, B> scaled;
+    for (auto& s : raw::foreach_map(UnaryOp::scale, values, static_cast<T>(loop.gradient_noise)))
+      scaled.push_back(g[0].tape().constant(std::move(s)));
+    g = foreach_add_scaled(std::span<const Var<T, B>>(g), std::span<const Var<T, B>>(scaled), T(1));
   }
   if (rates) {
     Pieces<T, B> r;

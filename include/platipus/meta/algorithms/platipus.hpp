@@ -268,8 +268,11 @@ class PlatipusObjective : public ObjectiveBase<M, L, T, B, PlatipusSettings, Pla
   Pieces<T, B> draw(const Pieces<T, B>& mean, const Pieces<T, B>& log_v, TaskNoise& noise) const {
     Tape<T, B>& tape = mean[0].tape();
     const auto deviation = foreach_exp_scaled(std::span<const Var<T, B>>(log_v), T(0.5));
-    Pieces<T, B> eps;
-    for (const auto& m : mean) eps.push_back(tape.constant(noise.normal<T, B>(m.shape())));
+    std::vector<Shape> shapes;
+    for (const auto& m : mean) shapes.push_back(m.shape());
+    Pieces<T, B> eps;  // drawn by one call for all pieces
+    for (auto& e : noise.normal<T, B>(std::span<const Shape>(shapes)))
+      eps.push_back(tape.constant(std::move(e)));
     return foreach_add_mul(std::span<const Var<T, B>>(mean), std::span<const Var<T, B>>(deviation),
                            std::span<const Var<T, B>>(eps));
   }

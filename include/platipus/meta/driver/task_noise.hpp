@@ -7,7 +7,11 @@
 //   TaskNoise noise(gen);                    // one draw from gen per meta-step
 //   auto chunk = noise.from_task(start);     // the tasks [start, ...) of a chunk
 //   chunk.normal<T, B>({tasks, ...});        // row t from task start + t
+//   chunk.normal<T, B>(shapes);              // one such draw a shape, one call
 #pragma once
+
+#include <span>
+#include <vector>
 
 #include "platipus/tensor/random.hpp"
 
@@ -34,6 +38,39 @@ class TaskNoise {
     if (row > 0) B::fill_normal_rows(y.data(), tasks, row, seed_, {key_, first_}, block_);
     block_ +=
         static_cast<std::uint64_t>((row + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block);
+    return y;
+  }
+
+  // normal(shapes[i]) for each i in order, the same tasks leading each, by
+  // one backend call per NormalRowsLayout's capacity of pieces where normal
+  // makes one a piece: the draws of a model's pieces, with their bits.
+  template <class T, class B>
+  std::vector<Tensor<T, B>> normal(std::span<const Shape> shapes) {
+    std::vector<Tensor<T, B>> y;
+    y.reserve(shapes.size());
+    NormalRowsLayout<T> l;
+    const auto launch = [&] {
+      if (l.count > 0) B::foreach_fill_normal_rows(l, seed_, {key_, first_});
+      l.count = 0;
+    };
+    for (const Shape& shape : shapes) {
+      check(shape.rank() >= 1, "TaskNoise::normal", "the shape {} has no task axis", shape);
+      check(shape[0] == shapes[0][0], "TaskNoise::normal",
+            "the shape {} has {} tasks where the first has {}", shape, shape[0], shapes[0][0]);
+      y.emplace_back(shape);
+      l.rows = shape[0];
+      const std::int64_t row = l.rows ? y.back().numel() / l.rows : 0;
+      if (row > 0) {
+        const auto k = static_cast<std::size_t>(l.count++);
+        l.y[k] = y.back().data();
+        l.n[k] = row;
+        l.block[k] = block_;
+        if (l.count == NormalRowsLayout<T>::capacity) launch();
+      }
+      block_ += static_cast<std::uint64_t>((row + PhiloxDraw<T>::per_block - 1) /
+                                           PhiloxDraw<T>::per_block);
+    }
+    launch();
     return y;
   }
 
