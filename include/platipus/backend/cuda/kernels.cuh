@@ -668,26 +668,9 @@ __global__ void philox_kernel(T* y, std::int64_t n, std::uint64_t seed, std::uin
   }
 }
 
-// fill_normal over `rows` rows of n at once: one thread per (row, Philox
-// block), row r under task_stream(streams, r), salted as philox_kernel is.
-template <class T>
-__global__ void philox_rows_kernel(T* y, std::int64_t rows, std::int64_t n, std::uint64_t seed,
-                                   TaskStreams streams, std::uint64_t first_block,
-                                   const std::uint64_t* salt) {
-  constexpr int per_block = PhiloxDraw<T>::per_block;
-  const std::int64_t blocks = (n + per_block - 1) / per_block;
-  for (std::int64_t i = thread_index(); i < rows * blocks; i += thread_count()) {
-    const std::int64_t r = i / blocks, b = i % blocks;
-    const std::uint64_t stream = task_stream(streams, r) ^ (salt ? *salt : 0);
-    const PhiloxBlock bits =
-        philox4x32_10(seed, first_block + static_cast<std::uint64_t>(b), stream);
-    T* row = y + r * n;
-    for (int lane = 0; lane < per_block && b * per_block + lane < n; ++lane)
-      row[b * per_block + lane] = PhiloxDraw<T>::normal(bits, lane);
-  }
-}
-
-// philox_rows_kernel on each piece of a layout, blockIdx.y the piece.
+// fill_normal over `rows` rows of each piece of a layout at once, blockIdx.y
+// the piece: one thread per (row, Philox block), row r under
+// task_stream(streams, r), salted as philox_kernel is.
 template <class T>
 __global__ void foreach_philox_rows_kernel(NormalRowsLayout<T> l, std::uint64_t seed,
                                            TaskStreams streams, const std::uint64_t* salt) {
@@ -990,10 +973,13 @@ void cuda::fill_normal(T* y, std::int64_t n, std::uint64_t seed, std::uint64_t s
 template <class T>
 void cuda::fill_normal_rows(T* y, std::int64_t rows, std::int64_t n, std::uint64_t seed,
                             const TaskStreams& streams, std::uint64_t block) {
-  const std::int64_t blocks =
-      rows * ((n + PhiloxDraw<T>::per_block - 1) / PhiloxDraw<T>::per_block);
-  cuda_kernels::launch("cuda::fill_normal_rows", blocks, cuda_kernels::philox_rows_kernel<T>, y,
-                       rows, n, seed, streams, block, detail::graph_random_salt());
+  NormalRowsLayout<T> l;
+  l.count = 1;
+  l.rows = rows;
+  l.y[0] = y;
+  l.n[0] = n;
+  l.block[0] = block;
+  foreach_fill_normal_rows(l, seed, streams);
 }
 
 template <class T>
