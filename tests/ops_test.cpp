@@ -1837,6 +1837,110 @@ TEST_CASE(
       Contains("cross_entropy_with_logits") && Contains("[2, 3, 5]") && Contains("[2, 3, 4]"));
 }
 
+// The kernels raw::cross_entropy replaced: one-hot rows by equal against
+// arange, then log-softmax's, the product and the row sums, as the op was
+// written before (a composite of raw ops).
+template <class T, class B>
+raw::CrossEntropy<T, B> composite_cross_entropy(const Tensor<T, B>& z, const Tensor<T, B>& y,
+                                                bool class_indices) {
+  const std::array<int, 1> last{z.rank() - 1};
+  const Shape kept = raw::reduced_shape(z.shape(), last, "test");
+  Tensor<T, B> one_hot;
+  if (class_indices)
+    one_hot = raw::map(BinaryOp::equal, y, Tensor<T, B>::arange(z.dim(-1)), "test");
+  const Tensor<T, B>& rows = class_indices ? one_hot : y;
+  const auto m = raw::reduce_to(ReduceOp::max, z, kept);
+  const auto e = raw::map(UnaryOp::exp, raw::map(BinaryOp::sub, z, m, "test"));
+  const auto sum_exp = raw::sum_to(e, kept);
+  const auto lse = raw::map(BinaryOp::add, raw::map(UnaryOp::log, sum_exp), m, "test");
+  const auto target_logit = raw::sum_to(raw::map(BinaryOp::mul, rows, z, "test"), kept);
+  return {raw::map(BinaryOp::sub, lse, target_logit, "test")
+              .reshaped(raw::squeezed_shape(z.shape(), last, "test")),
+          raw::map(BinaryOp::div, e, sum_exp, "test"), std::move(one_hot)};
+}
+
+TEMPLATE_TEST_CASE(
+    "cross_entropy's losses, softmax and one-hot rows have the bits of the ops it replaced, in "
+    "one call",
+    "[ops][loss]", float, double) {
+  using T = TestType;
+  using counted = CountingBackend<cpu>;
+  Generator gen(414);
+  // Rows long enough for Eigen's packet loops and a tail; one class; a row
+  // whose maximum is shared; an infinite logit's row is NaN in both.
+  for (const Shape& shape : {Shape{3, 7, 10}, Shape{5, 1}, Shape{4, 3}}) {
+    CAPTURE(shape);
+    auto z_values = raw::map(UnaryOp::scale, raw::normal<T>(shape, gen), T(3)).to_vector();
+    if (shape.rank() == 2 && shape[1] == 3) {
+      z_values[0] = z_values[2] = T(2);
+      z_values[4] = std::numeric_limits<T>::infinity();
+    }
+    const auto z = Tensor<T, counted>::from_host(shape, z_values);
+    const std::int64_t rows = z.numel() / z.dim(-1), classes = z.dim(-1);
+    std::vector<T> labels(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r)
+      labels[static_cast<std::size_t>(r)] = static_cast<T>((r * 7) % classes);
+    Shape label_shape = shape;
+    label_shape[shape.rank() - 1] = 1;
+    const auto indices = Tensor<T, counted>::from_host(label_shape, labels);
+    const auto soft = raw::map(UnaryOp::exp, raw::normal<T>(shape, gen).template to<counted>());
+    const auto soft_rows = raw::map(BinaryOp::div, soft, raw::sum_to(soft, label_shape), "test");
+    for (const bool class_indices : {false, true}) {
+      CAPTURE(class_indices);
+      const auto& targets = class_indices ? indices : soft_rows;
+      const auto want = composite_cross_entropy(z, targets, class_indices);
+      counted::reset();
+      const auto got = raw::cross_entropy(z, targets, class_indices);
+      CHECK(counted::calls().total() == 1);
+      CHECK(counted::calls()["cross_entropy"] == 1);
+      REQUIRE(got.loss.shape() == want.loss.shape());
+      CHECK(bits(got.loss) == bits(want.loss));
+      CHECK(bits(got.softmax) == bits(want.softmax));
+      if (class_indices) CHECK(bits(got.one_hot) == bits(want.one_hot));
+    }
+  }
+  Tensor<T> z({2, 3, 4});
+  CHECK_THROWS_WITH((raw::cross_entropy(z, Tensor<T>({2, 3, 4}), true)),
+                    Contains("sparse_cross_entropy_with_logits") && Contains("[2, 3, 4]") &&
+                        Contains("[2, 3, 1]"));
+  CHECK_THROWS_WITH((raw::cross_entropy(Tensor<T>(Shape{}), Tensor<T>(Shape{}), false)),
+                    Contains("cross_entropy_with_logits") && Contains("class axis"));
+}
+
+TEST_CASE(
+    "sparse_cross_entropy_with_logits is cross_entropy_with_logits at the indices' one-hot rows, "
+    "to the bit and to the second derivative, and matches finite differences",
+    "[ops][loss][gradcheck]") {
+  const Shape shape{2, 3, 4};
+  const auto indices = Tensor<double>::from_host({2, 3, 1}, {0, 3, 1, 2, 2, 0});
+  std::vector<double> one_hot(24, 0.0);
+  for (std::size_t r = 0; r < 6; ++r)
+    one_hot[r * 4 + static_cast<std::size_t>(indices.to_vector()[r])] = 1.0;
+  const auto rows = Tensor<double>::from_host(shape, one_hot);
+  const auto logits = normal(shape, 93, 0.5, 3);
+  std::vector<std::uint64_t> results[2];
+  for (const bool sparse : {false, true}) {
+    Tape<double> tape;
+    const std::array<V, 1> z{tape.variable(logits.clone())};
+    const auto loss = sparse ? sparse_cross_entropy_with_logits(z[0] * z[0], indices)
+                             : cross_entropy_with_logits(z[0] * z[0], rows.clone());
+    const auto total = sum(square(loss));
+    const auto g = grad(total, std::span<const V>(z), {.create_graph = true});
+    const auto h = grad(sum(g[0] * g[0]), std::span<const V>(z));
+    for (const auto& r : {loss, g[0], h[0]})
+      for (const auto b : bits(r.value())) results[sparse].push_back(b);
+  }
+  CHECK(results[0] == results[1]);
+  check_derivatives(
+      [&](std::span<const V> v) {
+        return sum(square(sparse_cross_entropy_with_logits(v[0] * v[0], indices)));
+      },
+      list(logits.clone()));
+  Tape<double> tape;
+  CHECK_THROWS_WITH(sparse_cross_entropy_with_logits(tape.constant(logits.clone()), rows),
+                    Contains("sparse_cross_entropy_with_logits") && Contains("[2, 3, 1]"));
+}
+
 TEST_CASE("losses have the values of their definitions", "[loss]") {
   Tape<double> tape;
   const auto p = tape.constant(Tensor<double>::from_host({2}, {1.0, 3.0}));

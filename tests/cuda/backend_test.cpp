@@ -264,6 +264,34 @@ TEMPLATE_TEST_CASE("squared_error matches the CPU backend, its differences bit f
         }
 }
 
+TEMPLATE_TEST_CASE("cross_entropy matches the CPU backend, its one-hot rows bit for bit",
+                   "[cuda][backend]", float, double) {
+  using T = TestType;
+  // Fewer classes than a warp (conv4's five), more than one warp's worth,
+  // one class; target rows that sum to one, and class indices.
+  for (const Shape& shape : {Shape{4, 75, 5}, Shape{6, 100}, Shape{9, 1}})
+    for (const bool class_indices : {false, true}) {
+      INFO("shape " << shape.to_string() << ", class indices " << class_indices);
+      const std::int64_t classes = shape[shape.rank() - 1], rows = shape.numel() / classes;
+      const Tensor<T> logits = raw::map(UnaryOp::scale, normal<T>(shape, 62), T(3));
+      Shape label_shape = shape;
+      label_shape[shape.rank() - 1] = 1;
+      std::vector<T> labels(static_cast<std::size_t>(rows));
+      for (std::int64_t r = 0; r < rows; ++r)
+        labels[static_cast<std::size_t>(r)] = static_cast<T>((r * 7) % classes);
+      const Tensor<T> soft = raw::map(UnaryOp::exp, normal<T>(shape, 63));
+      const Tensor<T> targets =
+          class_indices ? Tensor<T>::from_host(label_shape, labels)
+                        : raw::map(BinaryOp::div, soft, raw::sum_to(soft, label_shape), "test");
+      const auto on_host = raw::cross_entropy(logits, targets, class_indices);
+      const auto on_gpu = raw::cross_entropy(on_device(logits), on_device(targets), class_indices);
+      check_close(on_host.loss, on_gpu.loss, tolerance<T>, "cross_entropy loss");
+      check_close(on_host.softmax, on_gpu.softmax, tolerance<T>, "cross_entropy softmax");
+      if (class_indices)
+        CHECK(on_gpu.one_hot.template to<cpu>().to_vector() == on_host.one_hot.to_vector());
+    }
+}
+
 TEMPLATE_TEST_CASE("select matches the CPU backend", "[cuda][backend]", float, double) {
   using T = TestType;
   const Tensor<T> mask = raw::map(UnaryOp::greater_scalar, normal<T>({500}, 7), T(0));

@@ -27,10 +27,10 @@ concept Backend = requires(
     const SummandsLayout<float>& sf, const SummandsLayout<double>& sd, const SumsLayout<float>& nf,
     const SumsLayout<double>& nd, const KlLayout<float>& kf, const KlLayout<double>& kd,
     const SquaredErrorLayout<float>& ef, const SquaredErrorLayout<double>& ed,
-    const NormalRowsLayout<float>& rf, const NormalRowsLayout<double>& rd,
-    const AdamLayout<float>& af, const AdamLayout<double>& ad, const IndexLayout& il,
-    const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm, std::int64_t* positions,
-    std::uint64_t u, const TaskStreams& ts) {
+    const CrossEntropyLayout& ce, const NormalRowsLayout<float>& rf,
+    const NormalRowsLayout<double>& rd, const AdamLayout<float>& af, const AdamLayout<double>& ad,
+    const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm,
+    std::int64_t* positions, std::uint64_t u, const TaskStreams& ts) {
   // A human-readable device name, for messages.
   { B::name } -> std::convertible_to<const char*>;
   // How many host threads a learner spreads a meta-batch's tasks over when
@@ -111,6 +111,12 @@ concept Backend = requires(
   // (SquaredErrorLayout): y from pred and target, the differences kept.
   {B::squared_error(ef, x, x, y, y)};
   {B::squared_error(ed, xd, xd, yd, yd)};
+
+  // A softmax cross-entropy's rows (CrossEntropyLayout): the losses, the
+  // softmax and the target rows (written where class indices were given)
+  // from logits and targets.
+  {B::cross_entropy(ce, x, x, y, y, y)};
+  {B::cross_entropy(ce, xd, xd, yd, yd, yd)};
 
   // Reductions over the axes that a layout maps to one output element.
   {B::reduce(ReduceOp::sum, x, y, rl)};

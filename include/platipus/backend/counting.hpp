@@ -153,6 +153,12 @@ struct CountingBackend : B {
     B::squared_error(l, pred, target, difference, y);
   }
   template <class T>
+  static void cross_entropy(const CrossEntropyLayout& l, const T* logits, const T* targets, T* loss,
+                            T* softmax, T* target_rows) {
+    count("cross_entropy");
+    B::cross_entropy(l, logits, targets, loss, softmax, target_rows);
+  }
+  template <class T>
   static void add_n(const SummandsLayout<T>& l) {
     count("add_n");
     B::add_n(l);

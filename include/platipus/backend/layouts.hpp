@@ -218,6 +218,15 @@ struct SquaredErrorLayout {
   T variance = T(1), log_variance = T(0), log_two_pi = T(0);
 };
 
+// Softmax cross-entropy of `rows` rows of `classes` logits z against target
+// rows y that sum to one: per row lse(z) - <y, z>, and p = softmax(z). With
+// `class_indices` the targets are one class index a row, and y, written out,
+// their one-hot rows (1 where the class is the index).
+struct CrossEntropyLayout {
+  std::int64_t rows = 0, classes = 0;
+  bool class_indices = false;
+};
+
 // Up to `capacity` normal fills of `rows` rows each by one call (one kernel
 // on a device), piece i's rows of n[i] values at y[i], row r from (seed,
 // task_stream(streams, r), block[i]): fill_normal_rows on each piece, with

@@ -81,13 +81,12 @@ Var<T, B> bce_with_logits_loss(const Var<T, B>& logits, const Var<T, B>& target,
 }
 
 namespace detail {
-// -sum_k one_hot[..., k] log softmax(logits)[..., k], reduced after batch_dims.
+// A cross-entropy op's losses a row, reduced after batch_dims.
 template <class T, class B>
-Var<T, B> one_hot_cross_entropy(const Var<T, B>& logits, Tensor<T, B> one_hot, int batch_dims,
-                                Reduction reduction, const Shape& labels) {
+Var<T, B> reduced_cross_entropy(const Var<T, B>& nll, int batch_dims, Reduction reduction,
+                                const Shape& logits, const Shape& labels) {
   constexpr std::string_view name = "softmax_cross_entropy";
-  const auto nll = cross_entropy_with_logits(logits, std::move(one_hot));
-  return checked(reduce_after(nll, batch_dims, reduction, name), name, logits.shape(), labels);
+  return checked(reduce_after(nll, batch_dims, reduction, name), name, logits, labels);
 }
 }  // namespace detail
 
@@ -107,8 +106,9 @@ Var<T, B> softmax_cross_entropy(const Var<T, B>& logits, const Index<B>& labels,
     check(label >= 0 && label < classes, name, "label {} is outside [0, {})", label, classes);
     one_hot[r * static_cast<std::size_t>(classes) + static_cast<std::size_t>(label)] = T(1);
   }
-  return detail::one_hot_cross_entropy(logits, Tensor<T, B>::from_host(logits.shape(), one_hot),
-                                       batch_dims, reduction, labels.shape());
+  return detail::reduced_cross_entropy(
+      cross_entropy_with_logits(logits, Tensor<T, B>::from_host(logits.shape(), one_hot)),
+      batch_dims, reduction, logits.shape(), labels.shape());
 }
 
 // Negative log-likelihood of target under N(mean, variance), constant included.
@@ -208,10 +208,8 @@ struct SoftmaxCrossEntropyLoss {
                   logits.shape().take_front(logits.rank() - 1),
           "softmax_cross_entropy", "class-index targets must be [..., 1] beside logits {}, got {}",
           logits.shape(), target.shape());
-    auto one_hot = raw::map(BinaryOp::equal, target.value(), Tensor<T, B>::arange(logits.dim(-1)),
-                            "softmax_cross_entropy");
-    return detail::one_hot_cross_entropy(logits, std::move(one_hot), batch_dims, reduction,
-                                         target.shape());
+    return detail::reduced_cross_entropy(sparse_cross_entropy_with_logits(logits, target.value()),
+                                         batch_dims, reduction, logits.shape(), target.shape());
   }
 
   // Throws naming `who` unless every target is a class index in [0,

@@ -1,5 +1,5 @@
 // logsumexp, softmax and log_softmax along an axis, and the softmax
-// cross-entropy of logits against target rows as one op.
+// cross-entropy of logits against target rows or class indices as one op.
 #pragma once
 
 #include <utility>
@@ -7,6 +7,7 @@
 #include "platipus/autodiff/ops/exp_log.hpp"
 #include "platipus/autodiff/ops/reduce.hpp"
 #include "platipus/autodiff/ops/reshape.hpp"
+#include "platipus/tensor/cross_entropy.hpp"
 
 namespace platipus {
 
@@ -47,30 +48,16 @@ Var<T, B> softmax(const Var<T, B>& x, int axis = -1) {
   return exp(log_softmax(x, axis));
 }
 
-// -sum_k y_k log softmax(z)_k over the last axis, for logits z [..., K] and
-// target rows y [..., K] that sum to one (one-hot labels): lse(z) - <y, z>,
-// one value per row [...]. One op where log_softmax, mul and sum were three:
-// it keeps p = softmax(z) as a second result, its gradient is g (p - y), and
-// p's own gradient (from rules that read it, under higher orders) is the
-// softmax Jacobian's product p (h - <p, h>), all written with the library's
-// ops, so every order differentiates through it. y is a constant.
+namespace detail {
+// The cross-entropy op over raw::cross_entropy's results, y the target rows
+// its rule reads (a constant input).
 template <class T, class B>
-Var<T, B> cross_entropy_with_logits(const Var<T, B>& logits, Tensor<T, B> targets) {
-  constexpr std::string_view who = "cross_entropy_with_logits";
-  check(logits.rank() >= 1 && targets.shape() == logits.shape(), who,
-        "targets {} must have the shape of logits {}", targets.shape(), logits.shape());
-  const std::array<int, 1> last{logits.rank() - 1};
-  const Shape kept = raw::reduced_shape(logits.shape(), last, who);
-  const auto [e, m] = detail::exp_below_max(logits.value(), kept, who);
-  const Tensor<T, B> sum_exp = raw::sum_to(e, kept);
-  const Tensor<T, B> lse = raw::map(BinaryOp::add, raw::map(UnaryOp::log, sum_exp), m, who);
-  const Tensor<T, B> target_logit =
-      raw::sum_to(raw::map(BinaryOp::mul, targets, logits.value(), who), kept);
+Var<T, B> record_cross_entropy(const Var<T, B>& logits, raw::CrossEntropy<T, B> computed,
+                               Tensor<T, B> target_rows) {
   std::vector<Tensor<T, B>> results;
-  results.push_back(raw::map(BinaryOp::sub, lse, target_logit, who)
-                        .reshaped(raw::squeezed_shape(logits.shape(), last, who)));
-  results.push_back(raw::map(BinaryOp::div, e, sum_exp, who));
-  const std::array<Var<T, B>, 2> inputs{logits, logits.tape().constant(std::move(targets))};
+  results.push_back(std::move(computed.loss));
+  results.push_back(std::move(computed.softmax));
+  const std::array<Var<T, B>, 2> inputs{logits, logits.tape().constant(std::move(target_rows))};
   return record_many(
       "cross_entropy_with_logits", std::span<const Var<T, B>>(inputs), std::move(results),
       [](Backward<T, B>& c) {
@@ -93,6 +80,33 @@ Var<T, B> cross_entropy_with_logits(const Var<T, B>& logits, Tensor<T, B> target
         c.set(0, dz);
       },
       Saved{.inputs = 0b10, .outputs = true})[0];
+}
+}  // namespace detail
+
+// -sum_k y_k log softmax(z)_k over the last axis, for logits z [..., K] and
+// target rows y [..., K] that sum to one (one-hot labels): lse(z) - <y, z>,
+// one value per row [...]. One op and one backend call (raw::cross_entropy)
+// where log_softmax, mul and sum took ten kernels, with their bits on the
+// CPU (issue 38). It keeps p = softmax(z) as a second result, its gradient
+// is g (p - y), and p's own gradient (from rules that read it, under higher
+// orders) is the softmax Jacobian's product p (h - <p, h>), all written with
+// the library's ops, so every order differentiates through it. y is a
+// constant.
+template <class T, class B>
+Var<T, B> cross_entropy_with_logits(const Var<T, B>& logits, Tensor<T, B> targets) {
+  auto computed = raw::cross_entropy(logits.value(), targets, false);
+  return detail::record_cross_entropy(logits, std::move(computed), std::move(targets));
+}
+
+// The same against one class index a row, [..., 1] (TensorFlow's "sparse"
+// form): y is their one-hot rows, made by the same call (where arange and
+// equal were two kernels more).
+template <class T, class B>
+Var<T, B> sparse_cross_entropy_with_logits(const Var<T, B>& logits,
+                                           const Tensor<T, B>& class_indices) {
+  auto computed = raw::cross_entropy(logits.value(), class_indices, true);
+  Tensor<T, B> one_hot = std::move(computed.one_hot);
+  return detail::record_cross_entropy(logits, std::move(computed), std::move(one_hot));
 }
 
 }  // namespace platipus

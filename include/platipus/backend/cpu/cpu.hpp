@@ -243,6 +243,50 @@ struct cpu {
     }
   }
 
+  // The bits of the ops it replaced (equal against arange, reduce max, sub,
+  // exp, sum, log, add, mul, sum, sub and div): exp and log by the same Eigen
+  // calls over the whole block, into outputs as aligned as a tensor's (the
+  // softmax's and the losses', where Eigen's packet loops start as on a new
+  // tensor), products stored before their sums, the sums in order from 0, as
+  // reduce's.
+  template <class T>
+  static void cross_entropy(const CrossEntropyLayout& l, const T* z, const T* targets, T* loss,
+                            T* p, T* target_rows) {
+    const std::int64_t rows = l.rows, k = l.classes;
+    const T* y = targets;
+    if (l.class_indices) {
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t j = 0; j < k; ++j)
+          target_rows[r * k + j] = functors::equal{}(targets[r], static_cast<T>(j));
+      y = target_rows;
+    }
+    // Per row: the maximum, the sum of exponentials, then the products.
+    std::vector<T> buffer(static_cast<std::size_t>(2 * rows + k));
+    T *max = buffer.data(), *sum_exp = max + rows, *products = sum_exp + rows;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      max[r] = -std::numeric_limits<T>::infinity();
+      for (std::int64_t j = 0; j < k; ++j) {
+        const T v = z[r * k + j];
+        max[r] = v > max[r] ? v : max[r];
+      }
+      for (std::int64_t j = 0; j < k; ++j) p[r * k + j] = z[r * k + j] - max[r];
+    }
+    unary(UnaryOp::exp, p, p, rows * k, T(0));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      sum_exp[r] = T(0);
+      for (std::int64_t j = 0; j < k; ++j) sum_exp[r] = sum_exp[r] + p[r * k + j];
+    }
+    unary(UnaryOp::log, sum_exp, loss, rows, T(0));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T lse = loss[r] + max[r];
+      for (std::int64_t j = 0; j < k; ++j) products[j] = y[r * k + j] * z[r * k + j];
+      T target_logit = T(0);
+      for (std::int64_t j = 0; j < k; ++j) target_logit = target_logit + products[j];
+      loss[r] = lse - target_logit;
+      for (std::int64_t j = 0; j < k; ++j) p[r * k + j] = p[r * k + j] / sum_exp[r];
+    }
+  }
+
   template <class T>
   static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t) {
     const auto correction = step.at(*t);

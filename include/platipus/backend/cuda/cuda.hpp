@@ -98,6 +98,9 @@ struct cuda {
   static void squared_error(const SquaredErrorLayout<T>& l, const T* pred, const T* target,
                             T* difference, T* y);
   template <class T>
+  static void cross_entropy(const CrossEntropyLayout& l, const T* logits, const T* targets, T* loss,
+                            T* softmax, T* target_rows);
+  template <class T>
   static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t);
 
   // ---- reductions ----

@@ -400,6 +400,42 @@ __global__ void squared_error_kernel(SquaredErrorLayout<T> l, const T* pred, con
   }
 }
 
+// A softmax cross-entropy: a warp per row, its maximum, sum of exponentials
+// and target logit combined by the warp (group_combine's fixed order), the
+// exponentials kept in the softmax's row until the sum divides them.
+template <class T>
+__global__ void cross_entropy_kernel(CrossEntropyLayout l, const T* z, const T* targets, T* loss,
+                                     T* p, T* target_rows) {
+  constexpr unsigned all_lanes = 0xffffffffu;
+  const int lane = static_cast<int>(threadIdx.x) % warp_threads;
+  const std::int64_t warps = thread_count() / warp_threads, k = l.classes;
+  for (std::int64_t row = thread_index() / warp_threads; row < l.rows; row += warps) {
+    const T* zr = z + row * k;
+    T* pr = p + row * k;
+    T max = -std::numeric_limits<T>::infinity();
+    for (std::int64_t j = lane; j < k; j += warp_threads) max = functors::max{}(zr[j], max);
+    max = __shfl_sync(all_lanes, group_combine<warp_threads>(max, functors::max{}), 0);
+    T sum = T(0), target_logit = T(0);
+    for (std::int64_t j = lane; j < k; j += warp_threads) {
+      const T e = functors::exp{}(zr[j] - max, T(0));
+      pr[j] = e;
+      sum = sum + e;
+      T y;
+      if (l.class_indices) {
+        y = functors::equal{}(targets[row], static_cast<T>(j));
+        target_rows[row * k + j] = y;
+      } else {
+        y = targets[row * k + j];
+      }
+      target_logit = target_logit + multiplied_rn(y, zr[j]);
+    }
+    sum = __shfl_sync(all_lanes, group_combine<warp_threads>(sum, functors::add{}), 0);
+    target_logit = group_combine<warp_threads>(target_logit, functors::add{});
+    if (lane == 0) loss[row] = (functors::log{}(sum, T(0)) + max) - target_logit;
+    for (std::int64_t j = lane; j < k; j += warp_threads) pr[j] = pr[j] / sum;
+  }
+}
+
 template <class T, class I>
 __global__ void copy_kernel(const T* src, T* dst, CopyLayout l, I n) {
   for (I i = static_cast<I>(thread_index()); i < n; i += static_cast<I>(thread_count())) {
@@ -802,6 +838,14 @@ void cuda::squared_error(const SquaredErrorLayout<T>& l, const T* pred, const T*
                          T* difference, T* y) {
   cuda_kernels::launch("cuda::squared_error", l.rows * cuda_kernels::warp_threads,
                        cuda_kernels::squared_error_kernel<T>, l, pred, target, difference, y);
+}
+
+template <class T>
+void cuda::cross_entropy(const CrossEntropyLayout& l, const T* logits, const T* targets, T* loss,
+                         T* softmax, T* target_rows) {
+  cuda_kernels::launch("cuda::cross_entropy", l.rows * cuda_kernels::warp_threads,
+                       cuda_kernels::cross_entropy_kernel<T>, l, logits, targets, loss, softmax,
+                       target_rows);
 }
 
 template <class T>
