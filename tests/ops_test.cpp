@@ -2292,6 +2292,66 @@ TEST_CASE("max_pool2d takes each window's maximum and routes the gradient to it"
   CHECK(g.value().to_vector() == std::vector<double>{1, 0, 0, 0});
 }
 
+TEST_CASE(
+    "max_pool2d with a ReLU has the bits of max_pool2d then relu, to the second derivative, in "
+    "one call each way",
+    "[ops][conv]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<float, counted>;
+  // Values of few levels: ties in most windows, zeros and negative maxima
+  // (ReLU's kink at both); the 2 x 2 loop of odd sizes, overlapping windows
+  // (3 x 3 of stride 2) and gaps (2 x 2 of stride 3) by the general loop.
+  const Shape shape{2, 3, 7, 9};
+  std::vector<float> values(static_cast<std::size_t>(shape.numel()));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = std::floor(3.f * std::sin(2.3f * static_cast<float>(i) + 0.1f)) * 0.5f;
+  const auto x0 = Tensor<float>::from_host(shape, values);
+  Generator gen(415);
+  for (const Window window : {Window{.kernel = 2, .stride = 2}, Window{.kernel = 3, .stride = 2},
+                              Window{.kernel = 2, .stride = 3}}) {
+    CAPTURE(window.kernel, window.stride);
+    const auto dy =
+        raw::normal<float>({2, 3, window.output(7, "test"), window.output(9, "test")}, gen);
+    std::vector<std::uint32_t> results[2];
+    KernelCalls forward[2], backward[2];
+    for (const bool fused : {false, true}) {
+      Tape<float, counted> tape;
+      const std::array<CountedVar, 1> x{tape.variable(x0.to<counted>())};
+      counted::reset();
+      const CountedVar y =
+          fused ? max_pool2d(x[0], window, Activation::relu) : relu(max_pool2d(x[0], window));
+      forward[fused] = counted::calls();
+      const CountedVar total = sum(y * tape.constant(dy.to<counted>()));
+      counted::reset();
+      const auto g = grad(total, std::span<const CountedVar>(x));
+      backward[fused] = counted::calls();
+      const auto g2 = grad(sum(square(y)), std::span<const CountedVar>(x), {.create_graph = true});
+      const auto h = grad(sum(g2[0] * g2[0] * tape.constant(x0.to<counted>())),
+                          std::span<const CountedVar>(x));
+      for (const auto& r : {y, g[0], g2[0], h[0]})
+        for (const auto b : bits(r.value())) results[fused].push_back(b);
+    }
+    CHECK(results[0] == results[1]);
+    CHECK(forward[1].total() == 1);
+    CHECK(forward[1]["max_pool2d"] == 1);
+    CHECK(forward[0].total() == 2);
+    CHECK(backward[1]["max_pool2d_backward"] == 1);
+    CHECK(backward[1].total() + 1 == backward[0].total());
+  }
+  // Other activations are the two ops, in that order.
+  Tape<float> tape;
+  const auto x = tape.constant(x0.clone());
+  CHECK(bits(max_pool2d(x, {.kernel = 2, .stride = 2}, Activation::tanh).value()) ==
+        bits(tanh(max_pool2d(x, {.kernel = 2, .stride = 2})).value()));
+  // Finite differences, away from ties and the kink.
+  check_derivatives(
+      [](std::span<const V> v) {
+        return sum(
+            square(max_pool2d(v[0] * v[0] - 0.5, {.kernel = 2, .stride = 2}, Activation::relu)));
+      },
+      list(away_from_zero({2, 4, 6}, 416)));
+}
+
 // 2 x 2 windows of stride 2 take the CPU's own loop (backend/cpu/
 // convolution.hpp, max_pool_2x2, in vectors of 2 to 16 lanes, the last one
 // overlapping): odd sizes leave a row and a column out, and values of few

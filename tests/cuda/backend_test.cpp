@@ -435,6 +435,37 @@ TEMPLATE_TEST_CASE("gather and scatter-add match the CPU backend, repeated indic
               tolerance<T>, "scatter_add into two rows");
 }
 
+TEMPLATE_TEST_CASE(
+    "max_pool2d with a ReLU and its backward match the CPU backend, bit for bit where windows do "
+    "not overlap",
+    "[cuda][backend]", float, double) {
+  using T = TestType;
+  // Values of few levels (ties, zeros, negative maxima); 2 x 2 windows of
+  // stride 2 on odd sizes, gaps (stride 3: a thread per input element) and
+  // overlaps (3 x 3 of stride 2: a fill and atomics, sums in any order).
+  std::vector<T> values(2 * 3 * 7 * 9);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = std::floor(T(3) * std::sin(T(2.3) * static_cast<T>(i) + T(0.1))) * T(0.5);
+  const auto x = Tensor<T>::from_host({2, 3, 7, 9}, values);
+  for (const Window window : {Window{.kernel = 2, .stride = 2}, Window{.kernel = 2, .stride = 3},
+                              Window{.kernel = 3, .stride = 2}})
+    for (const bool relu : {false, true}) {
+      INFO("kernel " << window.kernel << ", stride " << window.stride << ", relu " << relu);
+      const auto [y, positions] = raw::max_pool2d(x, window, relu);
+      const auto [y_gpu, positions_gpu] = raw::max_pool2d(on_device(x), window, relu);
+      check_close(y, y_gpu, 0, "max_pool2d");
+      CHECK(positions_gpu.template to<cpu>().to_vector() == positions.to_vector());
+      const Tensor<T> g = normal<T>(y.shape(), 17);
+      const auto dx = raw::max_pool2d_backward(g, y, positions, x.shape(), window, relu);
+      const auto dx_gpu =
+          raw::max_pool2d_backward(on_device(g), y_gpu, positions_gpu, x.shape(), window, relu);
+      if (window.stride >= window.kernel)
+        CHECK(dx_gpu.template to<cpu>().to_vector() == dx.to_vector());
+      else
+        check_close(dx, dx_gpu, tolerance<T>, "max_pool2d_backward");
+    }
+}
+
 TEMPLATE_TEST_CASE("GEMM matches the CPU backend for every transpose, batch stride, alpha and beta",
                    "[cuda][backend]", float, double) {
   using T = TestType;

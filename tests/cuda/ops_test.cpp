@@ -412,4 +412,9 @@ TEMPLATE_TEST_CASE("convolution and pooling ops match the CPU backend", "[cuda][
     check_op<T>([](auto x) { return max_pool2d(x[0], {.kernel = 2, .stride = 2}); },
                 list(normal<T>({3, 4, 2, 7, 6}, 11)));
   }
+  SECTION("max_pool2d with a ReLU") {
+    check_op<T>(
+        [](auto x) { return max_pool2d(x[0], {.kernel = 2, .stride = 2}, Activation::relu); },
+        list(normal<T>({3, 4, 2, 7, 6}, 12)));
+  }
 }

@@ -163,6 +163,11 @@ concept Backend = requires(
   // first in row-major order among equal ones), for gather / scatter_add.
   {B::max_pool2d(pool, x, y, positions)};
   {B::max_pool2d(pool, xd, yd, positions)};
+  // Its input gradient dx from g = dL/dy (masked by y > 0 where relu): each
+  // output's at its maximum's position, added where windows overlap, zeros
+  // elsewhere (relu_backward and scatter_add in one call).
+  {B::max_pool2d_backward(pool, x, x, positions, y)};
+  {B::max_pool2d_backward(pool, xd, xd, positions, yd)};
 
   // Batch normalisation per group (NormLayout): x_hat = (x - mean) * inv_std
   // with inv_std = 1 / sqrt(biased variance + epsilon) and y = x_hat * scale

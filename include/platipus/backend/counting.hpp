@@ -234,6 +234,12 @@ struct CountingBackend : B {
     B::max_pool2d(l, x, y, positions);
   }
   template <class T>
+  static void max_pool2d_backward(const PoolLayout& l, const T* g, const T* y,
+                                  const std::int64_t* positions, T* dx) {
+    count("max_pool2d_backward");
+    B::max_pool2d_backward(l, g, y, positions, dx);
+  }
+  template <class T>
   static void batch_norm(const NormLayout& l, const T* x, T epsilon, const T* scale, const T* shift,
                          T* x_hat, T* inv_std, T* y) {
     count("batch_norm");

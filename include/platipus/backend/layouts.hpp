@@ -334,9 +334,11 @@ struct NormLayout {
 
 // Max pooling over `planes` images [h, w] (no padding): y [planes, ho, wo],
 // and for each output the position of its maximum in the whole input, an
-// index into x as a flat array.
+// index into x as a flat array. With `relu`, y is relu(maximum) (conv4's
+// ReLU after its pooling) and the backward masks the gradient by y > 0.
 struct PoolLayout {
   std::int64_t planes = 1, h = 1, w = 1, kernel = 2, stride = 2, ho = 1, wo = 1;
+  bool relu = false;
 };
 
 }  // namespace platipus

@@ -165,6 +165,11 @@ struct MaxPool2d {
   Var<T, B> forward(std::span<const Var<T, B>>, const Var<T, B>& x) const {
     return platipus::max_pool2d(x, window);
   }
+  // The pooling and the activation after it (one op for a ReLU).
+  template <class T, class B>
+  Var<T, B> forward(std::span<const Var<T, B>>, const Var<T, B>& x, Activation activation) const {
+    return platipus::max_pool2d(x, window, activation);
+  }
 };
 
 // Batch normalisation with the statistics of the batch at hand, as in MAML's

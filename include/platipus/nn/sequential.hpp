@@ -74,8 +74,9 @@ class BasicSequential {
   // The activations between layers and each layer's temporaries are seen by
   // no one else: those that no backward rule reads are released as soon as
   // the next layer has run (all of them under NoGradGuard), so a forward
-  // pass keeps what the gradient needs and no more. A linear layer and the
-  // activation after it run as one op (linear's fused form, the same bits).
+  // pass keeps what the gradient needs and no more. A linear layer or a
+  // max pooling and the activation after it run as one op (their fused
+  // forms, the same bits).
   template <class T, class B>
   Var<T, B> forward(std::span<const Var<T, B>> pieces, const Var<T, B>& x) const {
     check(pieces.size() == layout_.specs().size(), "Sequential::forward",
@@ -86,13 +87,15 @@ class BasicSequential {
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const std::size_t made = tape.values();
       const auto* linear = std::get_if<Linear>(&layers_[i]);
+      const auto* pool = std::get_if<MaxPool2d>(&layers_[i]);
       const auto* after =
           i + 1 < layers_.size() ? std::get_if<ActivationLayer>(&layers_[i + 1]) : nullptr;
+      const bool fused = after && (linear || (pool && after->activation == Activation::relu));
       const Var<T, B> next =
-          linear && after
-              ? linear->forward(pieces, h, after->activation)
-              : std::visit([&](const auto& l) { return l.forward(pieces, h); }, layers_[i]);
-      if (linear && after) ++i;
+          !fused   ? std::visit([&](const auto& l) { return l.forward(pieces, h); }, layers_[i])
+          : linear ? linear->forward(pieces, h, after->activation)
+                   : pool->forward(pieces, h, after->activation);
+      if (fused) ++i;
       tape.release_since(made, std::span<const Var<T, B>>(&next, 1));
       if (h.record()->id >= first && !(h == next)) tape.release(h.record());
       h = next;

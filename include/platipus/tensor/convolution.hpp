@@ -123,26 +123,55 @@ Tensor<T, B> conv2d_weight_grad(const Tensor<T, B>& x, const Tensor<T, B>& dy, c
   return dw;
 }
 
-// The maximum of each k x k window of x [..., C, H, W] (no padding), and the
-// position of each maximum in x as a flat array.
-template <class T, class B>
-std::pair<Tensor<T, B>, Index<B>> max_pool2d(const Tensor<T, B>& x, const Window& window) {
+namespace detail {
+// Max pooling x [..., C, H, W] by `window` (no padding), a ReLU after it
+// where `relu`.
+inline PoolLayout pool_layout(const Shape& x, const Window& window, bool relu) {
   constexpr std::string_view who = "max_pool2d";
-  check(x.rank() >= 3, who, "the input must be [..., C, H, W], got {}", x.shape());
+  check(x.rank() >= 3, who, "the input must be [..., C, H, W], got {}", x);
   check(window.padding == 0, who, "padding is not supported, got {}", window.padding);
-  PoolLayout l{.planes = x.shape().take_front(x.rank() - 2).numel(),
-               .h = x.dim(-2),
-               .w = x.dim(-1),
+  PoolLayout l{.planes = x.take_front(x.rank() - 2).numel(),
+               .h = x[x.rank() - 2],
+               .w = x[x.rank() - 1],
                .kernel = window.kernel,
-               .stride = window.stride};
+               .stride = window.stride,
+               .relu = relu};
   l.ho = window.output(l.h, who);
   l.wo = window.output(l.w, who);
+  return l;
+}
+}  // namespace detail
+
+// The maximum of each k x k window of x [..., C, H, W] (no padding), and the
+// position of each maximum in x as a flat array; with `relu`, relu of each
+// maximum (the same call).
+template <class T, class B>
+std::pair<Tensor<T, B>, Index<B>> max_pool2d(const Tensor<T, B>& x, const Window& window,
+                                             bool relu = false) {
+  const PoolLayout l = detail::pool_layout(x.shape(), window, relu);
   Shape out = x.shape().take_front(x.rank() - 2);
   out.push_back(l.ho);
   out.push_back(l.wo);
   std::pair<Tensor<T, B>, Index<B>> result{Tensor<T, B>(out), Index<B>(Shape{out.numel()})};
   if (out.numel()) B::max_pool2d(l, x.data(), result.first.data(), result.second.data());
   return result;
+}
+
+// The gradient of max_pool2d(x, window, relu) [x_shape] from g = dL/dy, y
+// and the positions: g (relu_backward(g, y) where relu) added at each
+// maximum onto zeros, in one call.
+template <class T, class B>
+Tensor<T, B> max_pool2d_backward(const Tensor<T, B>& g, const Tensor<T, B>& y,
+                                 const Index<B>& positions, const Shape& x_shape,
+                                 const Window& window, bool relu) {
+  const PoolLayout l = detail::pool_layout(x_shape, window, relu);
+  check(g.shape() == y.shape() && g.numel() == l.planes * l.ho * l.wo &&
+            positions.numel() == g.numel(),
+        "max_pool2d_backward", "gradient {}, output {} and {} positions do not pool {}", g.shape(),
+        y.shape(), positions.numel(), x_shape);
+  Tensor<T, B> dx(x_shape);
+  if (dx.numel()) B::max_pool2d_backward(l, g.data(), y.data(), positions.data(), dx.data());
+  return dx;
 }
 
 }  // namespace raw

@@ -2,11 +2,13 @@
 // the maximum of each window is x taken at the positions the forward pass
 // found, so the backward rule scatters the gradient to those positions
 // (put_add) and put_add's backward gathers (take). The pair is closed under
-// differentiation, so max pooling is differentiable to any order.
+// differentiation, so max pooling is differentiable to any order. A ReLU
+// after the pooling can be the same op (conv4's blocks).
 #pragma once
 
 #include <memory>
 
+#include "platipus/autodiff/ops/activations.hpp"
 #include "platipus/autodiff/record.hpp"
 #include "platipus/tensor/convolution.hpp"
 
@@ -72,6 +74,34 @@ Var<T, B> max_pool2d(const Var<T, B>& x, const Window& window) {
       "max_pool2d", {x}, std::move(y),
       [shared](Backward<T, B>& c) { c.set(0, put_add(c.grad(), shared, c.input(0).shape())); },
       saves_nothing);
+}
+
+// relu(max_pool2d(x, window)), conv4's block end, as one op and one backend
+// call (the pooling's, raw::max_pool2d with relu) where the pooling and the
+// ReLU were two, and its gradient, where nothing records, one call
+// (raw::max_pool2d_backward: relu_backward and put_add's scatter) where
+// they were two. A sweep that records takes the composite's rules in their
+// order (relu_backward, then put_add). Values and derivatives of every
+// order have the composite's bits: relu_backward reads the output y where
+// ReLU's rule read the pooled x, and y > 0 exactly where x > 0. Other
+// activations are the composite's two ops.
+template <class T, class B>
+Var<T, B> max_pool2d(const Var<T, B>& x, const Window& window, Activation activation) {
+  if (activation != Activation::relu) return activate(activation, max_pool2d(x, window));
+  auto [y, positions] = raw::max_pool2d(x.value(), window, true);
+  Positions<B> shared = std::make_shared<const Index<B>>(std::move(positions));
+  return record(
+      "max_pool2d_relu", {x}, std::move(y),
+      [shared, window](Backward<T, B>& c) {
+        if (!GradMode::enabled()) {
+          c.set(0, c.tape().constant(raw::max_pool2d_backward(c.grad().value(), c.output().value(),
+                                                              *shared, c.input(0).shape(), window,
+                                                              true)));
+          return;
+        }
+        c.set(0, put_add(relu_backward(c.grad(), c.output()), shared, c.input(0).shape()));
+      },
+      Saved{.inputs = 0, .outputs = true});
 }
 
 }  // namespace platipus

@@ -415,21 +415,7 @@ struct cpu {
   // zero-filled in a sweep of its own (the same sums onto the same zeros).
   template <class T>
   static void scatter_add(const T* src, const std::int64_t* index, T* dst, const IndexLayout& l) {
-    constexpr std::int64_t block = 4096;
-    const std::int64_t size = l.outer * l.source_axis * l.inner;
-    std::int64_t zeroed = 0;
-    for (std::int64_t o = 0; o < l.outer; ++o)
-      for (std::int64_t j = 0; j < l.count; ++j) {
-        const T* s = src + (o * l.count + j) * l.inner;
-        const std::int64_t at = (o * l.source_axis + index[j]) * l.inner;
-        if (at + l.inner > zeroed) {
-          const std::int64_t to = std::min(size, std::max(at + l.inner, zeroed + block));
-          std::fill(dst + zeroed, dst + to, T(0));
-          zeroed = to;
-        }
-        for (std::int64_t i = 0; i < l.inner; ++i) dst[at + i] += s[i];
-      }
-    std::fill(dst + zeroed, dst + size, T(0));
+    scatter_add_of(index, dst, l, [src](std::int64_t i) { return src[i]; });
   }
 
   // ---- convolution and pooling (backend/cpu/convolution.hpp) ----
@@ -448,6 +434,22 @@ struct cpu {
   template <class T>
   static void max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* positions) {
     detail::cpu_convolution::max_pool(l, x, y, positions);
+    if (l.relu)  // on the outputs while they are in cache: relu's formula
+      for (std::int64_t i = 0; i < l.planes * l.ho * l.wo; ++i) y[i] = functors::relu{}(y[i], T(0));
+  }
+  // scatter_add of relu_backward's values (or g's), as those two did it.
+  template <class T>
+  static void max_pool2d_backward(const PoolLayout& l, const T* g, const T* y,
+                                  const std::int64_t* positions, T* dx) {
+    const IndexLayout at{.outer = 1,
+                         .inner = 1,
+                         .source_axis = l.planes * l.h * l.w,
+                         .count = l.planes * l.ho * l.wo};
+    if (l.relu)
+      scatter_add_of(positions, dx, at,
+                     [g, y](std::int64_t i) { return functors::relu_backward{}(g[i], y[i]); });
+    else
+      scatter_add(g, positions, dx, at);
   }
 
   // ---- batch normalisation (backend/cpu/normalization.hpp) ----
@@ -638,6 +640,27 @@ struct cpu {
       }
       y += inner;
     });
+  }
+
+  // scatter_add's loop with the source's element i given by source(i).
+  template <class T, class Source>
+  static void scatter_add_of(const std::int64_t* index, T* dst, const IndexLayout& l,
+                             Source source) {
+    constexpr std::int64_t block = 4096;
+    const std::int64_t size = l.outer * l.source_axis * l.inner;
+    std::int64_t zeroed = 0;
+    for (std::int64_t o = 0; o < l.outer; ++o)
+      for (std::int64_t j = 0; j < l.count; ++j) {
+        const std::int64_t from = (o * l.count + j) * l.inner;
+        const std::int64_t at = (o * l.source_axis + index[j]) * l.inner;
+        if (at + l.inner > zeroed) {
+          const std::int64_t to = std::min(size, std::max(at + l.inner, zeroed + block));
+          std::fill(dst + zeroed, dst + to, T(0));
+          zeroed = to;
+        }
+        for (std::int64_t i = 0; i < l.inner; ++i) dst[at + i] += source(from + i);
+      }
+    std::fill(dst + zeroed, dst + size, T(0));
   }
 
   template <class T, class Combine>

@@ -139,6 +139,9 @@ struct cuda {
   static void conv2d_weight_grad(const ConvLayout& l, const T* x, const T* dy, T* dw);
   template <class T>
   static void max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* positions);
+  template <class T>
+  static void max_pool2d_backward(const PoolLayout& l, const T* g, const T* y,
+                                  const std::int64_t* positions, T* dx);
 
   // ---- batch normalisation ----
   template <class T>

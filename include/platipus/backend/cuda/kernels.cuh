@@ -495,9 +495,44 @@ __global__ void max_pool_kernel(const T* x, T* y, std::int64_t* positions, PoolL
         const std::int64_t at = (plane * l.h + i * l.stride + a) * l.w + j * l.stride + b;
         if (x[at] > x[best]) best = at;
       }
-    y[out] = x[best];
+    y[out] = l.relu ? functors::relu{}(x[best], T(0)) : x[best];
     positions[out] = best;
   }
+}
+
+// The gradient an output passes back: relu_backward's where the pooling
+// ended in a ReLU.
+template <class T>
+__device__ T pooled_gradient(const PoolLayout& l, const T* g, const T* y, std::int64_t out) {
+  return l.relu ? functors::relu_backward{}(g[out], y[out]) : g[out];
+}
+
+// Windows that do not overlap (stride >= kernel): one thread per input
+// element, which is at most one window's maximum, written once (0 + the
+// gradient, as the CPU's scatter onto zeros: -0 becomes +0), no fill and
+// no atomics.
+template <class T>
+__global__ void max_pool_backward_kernel(PoolLayout l, const T* g, const T* y,
+                                         const std::int64_t* positions, T* dx, std::int64_t n) {
+  for (std::int64_t at = thread_index(); at < n; at += thread_count()) {
+    const std::int64_t col = at % l.w, row = (at / l.w) % l.h, plane = at / (l.w * l.h);
+    const std::int64_t i = row / l.stride, j = col / l.stride;
+    T v = T(0);
+    if (i < l.ho && j < l.wo && row - i * l.stride < l.kernel && col - j * l.stride < l.kernel) {
+      const std::int64_t out = (plane * l.ho + i) * l.wo + j;
+      if (positions[out] == at) v = T(0) + pooled_gradient(l, g, y, out);
+    }
+    dx[at] = v;
+  }
+}
+
+// Overlapping windows: each output's gradient added at its maximum onto
+// zeros (as scatter_add_kernel).
+template <class T>
+__global__ void max_pool_scatter_kernel(PoolLayout l, const T* g, const T* y,
+                                        const std::int64_t* positions, T* dx, std::int64_t n) {
+  for (std::int64_t out = thread_index(); out < n; out += thread_count())
+    atomicAdd(dx + positions[out], pooled_gradient(l, g, y, out));
 }
 
 // Batch normalisation (NormLayout): a block of norm_threads per group,
@@ -944,6 +979,21 @@ void cuda::max_pool2d(const PoolLayout& l, const T* x, T* y, std::int64_t* posit
   const std::int64_t n = l.planes * l.ho * l.wo;
   cuda_kernels::launch("cuda::max_pool2d", n, cuda_kernels::max_pool_kernel<T>, x, y, positions, l,
                        n);
+}
+
+template <class T>
+void cuda::max_pool2d_backward(const PoolLayout& l, const T* g, const T* y,
+                               const std::int64_t* positions, T* dx) {
+  using namespace cuda_kernels;
+  const std::int64_t inputs = l.planes * l.h * l.w, outputs = l.planes * l.ho * l.wo;
+  if (l.stride >= l.kernel) {
+    launch("cuda::max_pool2d_backward", inputs, max_pool_backward_kernel<T>, l, g, y, positions, dx,
+           inputs);
+    return;
+  }
+  cuda::fill(dx, inputs, T(0));
+  launch("cuda::max_pool2d_backward", outputs, max_pool_scatter_kernel<T>, l, g, y, positions, dx,
+         outputs);
 }
 
 namespace cuda_kernels {
