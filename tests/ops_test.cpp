@@ -2293,7 +2293,7 @@ TEST_CASE("max_pool2d takes each window's maximum and routes the gradient to it"
 }
 
 TEST_CASE(
-    "max_pool2d with a ReLU has the bits of max_pool2d then relu, to the second derivative, in "
+    "max_pool2d with a ReLU has the bits of max_pool2d then relu, to the third derivative, in "
     "one call each way",
     "[ops][conv]") {
   using counted = CountingBackend<cpu>;
@@ -2313,7 +2313,7 @@ TEST_CASE(
     const auto dy =
         raw::normal<float>({2, 3, window.output(7, "test"), window.output(9, "test")}, gen);
     std::vector<std::uint32_t> results[2];
-    KernelCalls forward[2], backward[2];
+    KernelCalls forward[2], backward[2], second[2];
     for (const bool fused : {false, true}) {
       Tape<float, counted> tape;
       const std::array<CountedVar, 1> x{tape.variable(x0.to<counted>())};
@@ -2325,10 +2325,16 @@ TEST_CASE(
       counted::reset();
       const auto g = grad(total, std::span<const CountedVar>(x));
       backward[fused] = counted::calls();
+      // Second and third derivatives: through the gradient's recorded op,
+      // by a sweep that records nothing and by one that records.
       const auto g2 = grad(sum(square(y)), std::span<const CountedVar>(x), {.create_graph = true});
-      const auto h = grad(sum(g2[0] * g2[0] * tape.constant(x0.to<counted>())),
-                          std::span<const CountedVar>(x));
-      for (const auto& r : {y, g[0], g2[0], h[0]})
+      const CountedVar weighted = sum(g2[0] * g2[0] * tape.constant(x0.to<counted>()));
+      counted::reset();
+      const auto h = grad(weighted, std::span<const CountedVar>(x));
+      second[fused] = counted::calls();
+      const auto h2 = grad(weighted, std::span<const CountedVar>(x), {.create_graph = true});
+      const auto k = grad(sum(h2[0] * h2[0]), std::span<const CountedVar>(x));
+      for (const auto& r : {y, g[0], g2[0], h[0], h2[0], k[0]})
         for (const auto b : bits(r.value())) results[fused].push_back(b);
     }
     CHECK(results[0] == results[1]);
@@ -2337,7 +2343,20 @@ TEST_CASE(
     CHECK(forward[0].total() == 2);
     CHECK(backward[1]["max_pool2d_backward"] == 1);
     CHECK(backward[1].total() + 1 == backward[0].total());
+    // The second sweep passes through the gradient's node (a gather and
+    // relu_backward were two) and the pooling's (relu_backward and a scatter).
+    CHECK(second[1]["max_pool2d_double_backward"] == 1);
+    CHECK(second[1]["max_pool2d_backward"] == 1);
+    CHECK(second[1].total() + 2 == second[0].total());
   }
+  // Shapes that do not pool the input, named.
+  const Tensor<float> wrong({2, 3, 3, 3});
+  CHECK_THROWS_WITH((raw::max_pool2d_backward(wrong, wrong, Index<>(Shape{54}), shape,
+                                              Window{.kernel = 2, .stride = 2}, true)),
+                    Contains("max_pool2d_backward") && Contains("[2, 3, 7, 9]"));
+  CHECK_THROWS_WITH((raw::max_pool2d_double_backward(x0, wrong, Index<>(Shape{54}),
+                                                     Window{.kernel = 2, .stride = 2}, true)),
+                    Contains("max_pool2d_double_backward") && Contains("[2, 3, 7, 9]"));
   // Other activations are the two ops, in that order.
   Tape<float> tape;
   const auto x = tape.constant(x0.clone());

@@ -38,6 +38,8 @@ namespace platipus {
   template void cuda::max_pool2d<T>(const PoolLayout&, const T*, T*, std::int64_t*);               \
   template void cuda::max_pool2d_backward<T>(const PoolLayout&, const T*, const T*,                \
                                              const std::int64_t*, T*);                             \
+  template void cuda::max_pool2d_double_backward<T>(const PoolLayout&, const T*, const T*,         \
+                                                    const std::int64_t*, T*);                      \
   template void cuda::batch_norm<T>(const NormLayout&, const T*, T, const T*, const T*, T*, T*,    \
                                     T*);                                                           \
   template void cuda::batch_norm_backward<T>(const NormLayout&, const T*, const T*, const T*,      \

@@ -436,8 +436,8 @@ TEMPLATE_TEST_CASE("gather and scatter-add match the CPU backend, repeated indic
 }
 
 TEMPLATE_TEST_CASE(
-    "max_pool2d with a ReLU and its backward match the CPU backend, bit for bit where windows do "
-    "not overlap",
+    "max_pool2d with a ReLU, its backward and double backward match the CPU backend, bit for bit "
+    "where windows do not overlap",
     "[cuda][backend]", float, double) {
   using T = TestType;
   // Values of few levels (ties, zeros, negative maxima); 2 x 2 windows of
@@ -463,6 +463,11 @@ TEMPLATE_TEST_CASE(
         CHECK(dx_gpu.template to<cpu>().to_vector() == dx.to_vector());
       else
         check_close(dx, dx_gpu, tolerance<T>, "max_pool2d_backward");
+      const Tensor<T> h = normal<T>(x.shape(), 18);
+      const auto dg = raw::max_pool2d_double_backward(h, y, positions, window, relu);
+      CHECK(raw::max_pool2d_double_backward(on_device(h), y_gpu, positions_gpu, window, relu)
+                .template to<cpu>()
+                .to_vector() == dg.to_vector());
     }
 }
 

@@ -168,6 +168,10 @@ concept Backend = requires(
   // elsewhere (relu_backward and scatter_add in one call).
   {B::max_pool2d_backward(pool, x, x, positions, y)};
   {B::max_pool2d_backward(pool, xd, xd, positions, yd)};
+  // That backward's own: dg = h at each maximum's position (masked by y > 0
+  // where relu): gather and relu_backward in one call.
+  {B::max_pool2d_double_backward(pool, x, x, positions, y)};
+  {B::max_pool2d_double_backward(pool, xd, xd, positions, yd)};
 
   // Batch normalisation per group (NormLayout): x_hat = (x - mean) * inv_std
   // with inv_std = 1 / sqrt(biased variance + epsilon) and y = x_hat * scale

@@ -240,6 +240,12 @@ struct CountingBackend : B {
     B::max_pool2d_backward(l, g, y, positions, dx);
   }
   template <class T>
+  static void max_pool2d_double_backward(const PoolLayout& l, const T* h, const T* y,
+                                         const std::int64_t* positions, T* dg) {
+    count("max_pool2d_double_backward");
+    B::max_pool2d_double_backward(l, h, y, positions, dg);
+  }
+  template <class T>
   static void batch_norm(const NormLayout& l, const T* x, T epsilon, const T* scale, const T* shift,
                          T* x_hat, T* inv_std, T* y) {
     count("batch_norm");

@@ -174,5 +174,21 @@ Tensor<T, B> max_pool2d_backward(const Tensor<T, B>& g, const Tensor<T, B>& y,
   return dx;
 }
 
+// The gradient of max_pool2d_backward(g, y, ...) with respect to g from h
+// = dL/dx [x_shape]: h at each maximum (relu_backward(h there, y) where
+// relu), in one call.
+template <class T, class B>
+Tensor<T, B> max_pool2d_double_backward(const Tensor<T, B>& h, const Tensor<T, B>& y,
+                                        const Index<B>& positions, const Window& window,
+                                        bool relu) {
+  const PoolLayout l = detail::pool_layout(h.shape(), window, relu);
+  check(y.numel() == l.planes * l.ho * l.wo && positions.numel() == y.numel(),
+        "max_pool2d_double_backward", "output {} and {} positions do not pool {}", y.shape(),
+        positions.numel(), h.shape());
+  Tensor<T, B> dg(y.shape());
+  if (dg.numel()) B::max_pool2d_double_backward(l, h.data(), y.data(), positions.data(), dg.data());
+  return dg;
+}
+
 }  // namespace raw
 }  // namespace platipus

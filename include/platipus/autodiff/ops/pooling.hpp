@@ -76,15 +76,40 @@ Var<T, B> max_pool2d(const Var<T, B>& x, const Window& window) {
       saves_nothing);
 }
 
+// The gradient of relu(max_pool2d(x, window)) [x_shape] from g at its
+// output y, as an op: relu_backward(g, y) added at the maxima onto zeros, one
+// node and one backend call (raw::max_pool2d_backward) where relu_backward
+// and put_add were two. Its rule, to g, is theirs: h at the maxima masked
+// by y > 0, one call (raw::max_pool2d_double_backward) where nothing
+// records, take and relu_backward where a sweep records. y is read for its
+// mask and takes no gradient (as relu_backward's second input).
+template <class T, class B>
+Var<T, B> max_pool2d_relu_backward(const Var<T, B>& g, const Var<T, B>& y,
+                                   const Positions<B>& positions, const Shape& x_shape,
+                                   const Window& window) {
+  return record(
+      "max_pool2d_relu_backward", {g, y},
+      raw::max_pool2d_backward(g.value(), y.value(), *positions, x_shape, window, true),
+      [positions, window](Backward<T, B>& c) {
+        if (!c.needs(0)) return;
+        if (!GradMode::enabled()) {
+          c.set(0, c.tape().constant(raw::max_pool2d_double_backward(
+                       c.grad().value(), c.input(1).value(), *positions, window, true)));
+          return;
+        }
+        c.set(0, relu_backward(take(c.grad(), positions, c.input(0).shape()), c.input(1)));
+      },
+      Saved{.inputs = 0b10, .outputs = false});
+}
+
 // relu(max_pool2d(x, window)), conv4's block end, as one op and one backend
 // call (the pooling's, raw::max_pool2d with relu) where the pooling and the
-// ReLU were two, and its gradient, where nothing records, one call
-// (raw::max_pool2d_backward: relu_backward and put_add's scatter) where
-// they were two. A sweep that records takes the composite's rules in their
-// order (relu_backward, then put_add). Values and derivatives of every
-// order have the composite's bits: relu_backward reads the output y where
-// ReLU's rule read the pooled x, and y > 0 exactly where x > 0. Other
-// activations are the composite's two ops.
+// ReLU were two. Its gradient is max_pool2d_relu_backward: one call where
+// nothing records, one recorded node where a sweep records (relu_backward
+// and put_add were two of each). Values and derivatives of every order have
+// the composite's bits: the mask is read from the output y where ReLU's
+// rule read the pooled x, and y > 0 exactly where x > 0. Other activations
+// are the composite's two ops.
 template <class T, class B>
 Var<T, B> max_pool2d(const Var<T, B>& x, const Window& window, Activation activation) {
   if (activation != Activation::relu) return activate(activation, max_pool2d(x, window));
@@ -99,7 +124,8 @@ Var<T, B> max_pool2d(const Var<T, B>& x, const Window& window, Activation activa
                                                               true)));
           return;
         }
-        c.set(0, put_add(relu_backward(c.grad(), c.output()), shared, c.input(0).shape()));
+        c.set(0,
+              max_pool2d_relu_backward(c.grad(), c.output(), shared, c.input(0).shape(), window));
       },
       Saved{.inputs = 0, .outputs = true});
 }

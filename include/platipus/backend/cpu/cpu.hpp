@@ -451,6 +451,12 @@ struct cpu {
     else
       scatter_add(g, positions, dx, at);
   }
+  template <class T>
+  static void max_pool2d_double_backward(const PoolLayout& l, const T* h, const T* y,
+                                         const std::int64_t* positions, T* dg) {
+    for (std::int64_t i = 0; i < l.planes * l.ho * l.wo; ++i)
+      dg[i] = l.relu ? functors::relu_backward{}(h[positions[i]], y[i]) : h[positions[i]];
+  }
 
   // ---- batch normalisation (backend/cpu/normalization.hpp) ----
   template <class T>

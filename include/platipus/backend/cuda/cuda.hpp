@@ -142,6 +142,9 @@ struct cuda {
   template <class T>
   static void max_pool2d_backward(const PoolLayout& l, const T* g, const T* y,
                                   const std::int64_t* positions, T* dx);
+  template <class T>
+  static void max_pool2d_double_backward(const PoolLayout& l, const T* h, const T* y,
+                                         const std::int64_t* positions, T* dg);
 
   // ---- batch normalisation ----
   template <class T>

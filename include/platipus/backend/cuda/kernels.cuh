@@ -526,6 +526,15 @@ __global__ void max_pool_backward_kernel(PoolLayout l, const T* g, const T* y,
   }
 }
 
+// Each output's gradient from dx's at its maximum (masked where relu).
+template <class T>
+__global__ void max_pool_double_backward_kernel(PoolLayout l, const T* h, const T* y,
+                                                const std::int64_t* positions, T* dg,
+                                                std::int64_t n) {
+  for (std::int64_t out = thread_index(); out < n; out += thread_count())
+    dg[out] = l.relu ? functors::relu_backward{}(h[positions[out]], y[out]) : h[positions[out]];
+}
+
 // Overlapping windows: each output's gradient added at its maximum onto
 // zeros (as scatter_add_kernel).
 template <class T>
@@ -994,6 +1003,15 @@ void cuda::max_pool2d_backward(const PoolLayout& l, const T* g, const T* y,
   cuda::fill(dx, inputs, T(0));
   launch("cuda::max_pool2d_backward", outputs, max_pool_scatter_kernel<T>, l, g, y, positions, dx,
          outputs);
+}
+
+template <class T>
+void cuda::max_pool2d_double_backward(const PoolLayout& l, const T* h, const T* y,
+                                      const std::int64_t* positions, T* dg) {
+  const std::int64_t outputs = l.planes * l.ho * l.wo;
+  cuda_kernels::launch("cuda::max_pool2d_double_backward", outputs,
+                       cuda_kernels::max_pool_double_backward_kernel<T>, l, h, y, positions, dg,
+                       outputs);
 }
 
 namespace cuda_kernels {
