@@ -1823,14 +1823,20 @@ TEST_CASE(
   };
   check_derivatives(weighted, list(logits.clone()));
   // Third order: F = <dL/dz, u>, whose first and second derivatives are L's
-  // second and third (gradients then flow into softmax(z), the op's second result).
+  // second and third (gradients then flow into softmax(z), the op's second
+  // result), for a loss whose rows' gradients differ and for a sum (u (p -
+  // y), one op of its own).
   const auto u = normal(shape, 92);
-  check_derivatives(
-      [&](std::span<const V> v) {
-        const auto g = grad(weighted(v), v, {.create_graph = true});
-        return sum(g[0] * v[0].tape().constant(u.clone()));
-      },
-      list(logits.clone()));
+  const Fn summed = [&](std::span<const V> v) {
+    return sum(cross_entropy_with_logits(v[0] * v[0], targets.clone()));
+  };
+  for (const Fn& loss : {Fn(weighted), summed})
+    check_derivatives(
+        [&](std::span<const V> v) {
+          const auto g = grad(loss(v), v, {.create_graph = true});
+          return sum(g[0] * v[0].tape().constant(u.clone()));
+        },
+        list(logits.clone()));
   Tape<double> tape;
   CHECK_THROWS_WITH(
       cross_entropy_with_logits(tape.constant(logits.clone()), Tensor<double>::zeros({2, 3, 5})),
@@ -1905,6 +1911,83 @@ TEMPLATE_TEST_CASE(
                         Contains("[2, 3, 1]"));
   CHECK_THROWS_WITH((raw::cross_entropy(Tensor<T>(Shape{}), Tensor<T>(Shape{}), false)),
                     Contains("cross_entropy_with_logits") && Contains("class axis"));
+}
+
+TEMPLATE_TEST_CASE(
+    "cross_entropy_with_logits's gradient where nothing records is one call with the bits of the "
+    "rule's ops",
+    "[ops][loss]", float, double) {
+  using T = TestType;
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<T, counted>;
+  Generator gen(416);
+  // Rows long enough for Eigen's packet loops and a tail, soft target rows.
+  const Shape shape{3, 7, 10}, losses{3, 7};
+  const auto z0 = raw::map(UnaryOp::scale, raw::normal<T>(shape, gen), T(3));
+  const auto soft = raw::map(UnaryOp::exp, raw::normal<T>(shape, gen));
+  const auto rows = raw::map(BinaryOp::div, soft, raw::sum_to(soft, Shape{3, 7, 1}), "test");
+  const auto w = raw::normal<T>(losses, gen), w_tasks = raw::normal<T>({3, 1}, gen),
+             v = raw::normal<T>(shape, gen);
+  // The gradients flowing into the op: the losses' uniform (a sum's), per
+  // row, per row broadcast (a row sum's), negated; the softmax's alone (the
+  // outer sweep of a gradient through the op, from per-row and from uniform
+  // losses' gradients); the softmax's and the losses'.
+  enum class Flow { uniform, rows, broadcast_rows, negated_rows, softmax, uniform_softmax, both };
+  for (const Flow flow : {Flow::uniform, Flow::rows, Flow::broadcast_rows, Flow::negated_rows,
+                          Flow::softmax, Flow::uniform_softmax, Flow::both}) {
+    CAPTURE(static_cast<int>(flow));
+    std::vector<std::uint64_t> results[2];
+    KernelCalls calls[2];
+    for (const bool create_graph : {false, true}) {
+      Tape<T, counted> tape;
+      const std::array<CountedVar, 1> z{tape.variable(z0.template to<counted>())};
+      const auto constant = [&](const Tensor<T>& t) {
+        return tape.constant(t.template to<counted>());
+      };
+      const auto loss = [&] {
+        return cross_entropy_with_logits(z[0], rows.template to<counted>());
+      };
+      CountedVar f;
+      if (flow == Flow::uniform) f = sum(scale(loss(), T(0.3)));
+      if (flow == Flow::rows) f = sum(loss() * constant(w));
+      if (flow == Flow::broadcast_rows) f = sum(sum(loss(), {-1}, true) * constant(w_tasks));
+      if (flow == Flow::negated_rows) f = sum(neg(loss()) * constant(w));
+      if (flow == Flow::softmax || flow == Flow::uniform_softmax || flow == Flow::both) {
+        const CountedVar losses_of_z = loss();  // one op, both of whose results f reads in `both`
+        const auto inner =
+            flow == Flow::uniform_softmax ? sum(losses_of_z) : sum(losses_of_z * constant(w));
+        const auto g = grad(inner, std::span<const CountedVar>(z), {.create_graph = true});
+        f = sum(g[0] * constant(v));
+        if (flow == Flow::both) f = f + sum(losses_of_z);
+      }
+      counted::reset();
+      const auto g = grad(f, std::span<const CountedVar>(z), {.create_graph = create_graph});
+      calls[create_graph] = counted::calls();
+      for (const auto b : bits(g[0].value())) results[create_graph].push_back(b);
+    }
+    CHECK(results[0] == results[1]);
+    CHECK(calls[0]["cross_entropy_backward"] == 1);
+    if (flow == Flow::uniform) {
+      // A sweep that records takes u (p - y) as one op too.
+      CHECK(calls[0].total() == 1);
+      CHECK(calls[1].total() == 1);
+    } else {
+      CHECK(calls[0].total() < calls[1].total());
+    }
+  }
+  // Gradients of the wrong shapes, or none, named.
+  const Tensor<T> p({2, 3}), wrong({3});
+  CHECK_THROWS_WITH((raw::cross_entropy_backward(p, Tensor<T>({2, 4}), nullptr, T(1), nullptr)),
+                    Contains("cross_entropy_backward") && Contains("[2, 4]") && Contains("[2, 3]"));
+  CHECK_THROWS_WITH((raw::cross_entropy_backward(p, p, &wrong, std::nullopt, nullptr)),
+                    Contains("cross_entropy_backward") && Contains("[3]") && Contains("[2]"));
+  CHECK_THROWS_WITH((raw::cross_entropy_backward(p, p, nullptr, std::nullopt, &wrong)),
+                    Contains("cross_entropy_backward") && Contains("[3]") && Contains("[2, 3]"));
+  const Tensor<T> per_row({2});
+  CHECK_THROWS_WITH((raw::cross_entropy_backward(p, p, &per_row, T(1), nullptr)),
+                    Contains("cross_entropy_backward") && Contains("both"));
+  CHECK_THROWS_WITH((raw::cross_entropy_backward(p, p, nullptr, std::nullopt, nullptr)),
+                    Contains("cross_entropy_backward") && Contains("no gradient"));
 }
 
 TEST_CASE(
@@ -2584,4 +2667,53 @@ TEST_CASE("batch_norm refuses a single value per channel, a non-positive epsilon
   CHECK_THROWS_WITH(
       raw::batch_norm_backward(x_hat.value(), r, r, x_hat.value(), 0, nullptr, &wrong),
       Contains("batch_norm_backward") && Contains("[2, 1, 4]") && Contains("[2, 3]"));
+}
+
+TEST_CASE(
+    "batch_norm_backward's rule reads a missing gradient into d_scale or d_shift as zeros, with "
+    "their bits and no fill",
+    "[ops][batch_norm]") {
+  const Shape images{2, 3, 4, 2, 3}, groups{2, 1, 4, 1, 1};
+  const auto x_hat = normal(images, 90), r = positive(groups, 91), s = normal(groups, 92),
+             g = normal(images, 93), h = normal(images, 94), k = normal(groups, 95),
+             u = normal(groups, 96), zeros = Tensor<double>::zeros(groups);
+  const auto first = raw::batch_norm_backward(x_hat, r, s, g, 2);
+  const auto second = [&](const Tensor<double>* k_in, const Tensor<double>* u_in) {
+    const auto d = raw::batch_norm_double_backward(x_hat, r, s, g, first.d_scale, first.d_shift, h,
+                                                   k_in, u_in, 2);
+    std::vector<std::uint64_t> all;
+    for (const auto* t : {&d.d_x_hat, &d.d_inv_std, &d.d_scale, &d.d_g})
+      for (const auto b : bits(*t)) all.push_back(b);
+    return all;
+  };
+  CHECK(second(nullptr, nullptr) == second(&zeros, &zeros));
+  CHECK(second(&k, nullptr) == second(&k, &zeros));
+  CHECK(second(nullptr, &u) == second(&zeros, &u));
+  CHECK(second(&k, &u) != second(&zeros, &u));  // k is read where given
+  const Tensor<double> wrong({2, 4});
+  CHECK_THROWS_WITH(raw::batch_norm_double_backward(x_hat, r, s, g, first.d_scale, first.d_shift, h,
+                                                    nullptr, &wrong, 2),
+                    Contains("batch_norm_double_backward") && Contains("[2, 4]"));
+
+  // A second sweep that records nothing, from dx alone (MAML's outer sweep
+  // where the inner loop does not adapt the scale or shift): one call, no
+  // zeros filled, and the recorded rule's values.
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  Tape<double, counted> tape;
+  const std::array<CountedVar, 4> v{tape.variable(x_hat.to<counted>()),
+                                    tape.variable(r.to<counted>()), tape.variable(s.to<counted>()),
+                                    tape.variable(g.to<counted>())};
+  const auto d = batch_norm_backward(v[0], v[1], v[2], v[3], 2);
+  const CountedVar along_h = sum(d[0] * tape.constant(h.to<counted>()));
+  counted::reset();
+  grad(along_h, std::span<const CountedVar>(v));
+  CHECK(counted::calls()["batch_norm_double_backward"] == 1);
+  CHECK(counted::calls()["fill"] == 0);
+  check_unrecorded_sweep(
+      [&](std::span<const V> w) {
+        const auto dw = batch_norm_backward(w[0], w[1], w[2], w[3], 2);
+        return sum(dw[0] * w[0].tape().constant(h.clone()));
+      },
+      list(x_hat.clone(), r.clone(), s.clone(), g.clone()));
 }

@@ -26,6 +26,8 @@ namespace platipus {
   template void cuda::kl_from_ratios_backward<T>(const KlLayout<T>&, const T*, T);                 \
   template void cuda::squared_error<T>(const SquaredErrorLayout<T>&, const T*, const T*, T*, T*);  \
   template void cuda::cross_entropy<T>(const CrossEntropyLayout&, const T*, const T*, T*, T*, T*); \
+  template void cuda::cross_entropy_backward<T>(const CrossEntropyGradLayout<T>&, const T*,        \
+                                                const T*, const T*, const T*, T*);                 \
   template void cuda::foreach_fill_normal_rows<T>(const NormalRowsLayout<T>&, std::uint64_t,       \
                                                   const TaskStreams&);                             \
   template void cuda::select<T>(const T*, const T*, const T*, T*, std::int64_t);                   \

@@ -292,6 +292,47 @@ TEMPLATE_TEST_CASE("cross_entropy matches the CPU backend, its one-hot rows bit 
     }
 }
 
+TEMPLATE_TEST_CASE(
+    "cross_entropy_backward matches the CPU backend from the losses' gradient, the softmax's and "
+    "both",
+    "[cuda][backend]", float, double) {
+  using T = TestType;
+  for (const Shape& shape : {Shape{4, 75, 5}, Shape{6, 100}, Shape{9, 1}}) {
+    INFO("shape " << shape.to_string());
+    const Shape losses = shape.take_front(shape.rank() - 1), label_shape = [&] {
+      Shape s = shape;
+      s[shape.rank() - 1] = 1;
+      return s;
+    }();
+    const Tensor<T> soft = raw::map(UnaryOp::exp, normal<T>(shape, 64));
+    const Tensor<T> p = raw::map(BinaryOp::div, soft, raw::sum_to(soft, label_shape), "test");
+    const Tensor<T> y = raw::map(BinaryOp::div, raw::map(UnaryOp::exp, normal<T>(shape, 65)),
+                                 raw::sum_to(soft, label_shape), "test");
+    const Tensor<T> gl = normal<T>(losses, 66), gp = normal<T>(shape, 67);
+    const auto dp = on_device(p), dy = on_device(y), dgl = on_device(gl), dgp = on_device(gp);
+    check_close(raw::cross_entropy_backward(p, y, nullptr, T(0.3), nullptr),
+                raw::cross_entropy_backward(dp, dy, nullptr, T(0.3), nullptr), tolerance<T>,
+                "uniform");
+    check_close(raw::cross_entropy_backward(p, y, &gl, std::nullopt, nullptr),
+                raw::cross_entropy_backward(dp, dy, &dgl, std::nullopt, nullptr), tolerance<T>,
+                "per row");
+    // One value for each row of a task (a per-task mean's gradient), read in place.
+    Shape per_task = losses;
+    per_task[per_task.rank() - 1] = 1;
+    const Tensor<T> gt = normal<T>(per_task, 68);
+    const auto dgt = on_device(gt);
+    check_close(raw::cross_entropy_backward(p, y, &gt, std::nullopt, nullptr),
+                raw::cross_entropy_backward(dp, dy, &dgt, std::nullopt, nullptr), tolerance<T>,
+                "broadcast rows");
+    check_close(raw::cross_entropy_backward(p, y, nullptr, std::nullopt, &gp),
+                raw::cross_entropy_backward(dp, dy, nullptr, std::nullopt, &dgp), tolerance<T>,
+                "softmax's");
+    check_close(raw::cross_entropy_backward(p, y, &gl, std::nullopt, &gp),
+                raw::cross_entropy_backward(dp, dy, &dgl, std::nullopt, &dgp), tolerance<T>,
+                "both");
+  }
+}
+
 TEMPLATE_TEST_CASE("select matches the CPU backend", "[cuda][backend]", float, double) {
   using T = TestType;
   const Tensor<T> mask = raw::map(UnaryOp::greater_scalar, normal<T>({500}, 7), T(0));
@@ -358,16 +399,27 @@ TEMPLATE_TEST_CASE("batch norm, its backward and its double backward match the C
     check_close(host_grads.d_scale, device_grads.d_scale, 10 * tolerance<T>, "d_scale");
     check_close(host_grads.d_shift, device_grads.d_shift, 10 * tolerance<T>, "d_shift");
     const Tensor<T> h = normal<T>(shape, 16), k = normal<T>(groups, 17), u = normal<T>(groups, 18);
+    const auto device_k = on_device(k), device_u = on_device(u);
+    const auto device_zeros = on_device(Tensor<T>::zeros(groups));
     const auto host_second =
         raw::batch_norm_double_backward(host.x_hat, host.inv_std, scale, g, host_grads.d_scale,
-                                        host_grads.d_shift, h, k, u, positions);
-    const auto device_second = raw::batch_norm_double_backward(
-        device.x_hat, device.inv_std, on_device(scale), on_device(g), device_grads.d_scale,
-        device_grads.d_shift, on_device(h), on_device(k), on_device(u), positions);
+                                        host_grads.d_shift, h, &k, &u, positions);
+    const auto second_on_device = [&](const Tensor<T, cuda>* dk, const Tensor<T, cuda>* du) {
+      return raw::batch_norm_double_backward(device.x_hat, device.inv_std, on_device(scale),
+                                             on_device(g), device_grads.d_scale,
+                                             device_grads.d_shift, on_device(h), dk, du, positions);
+    };
+    const auto device_second = second_on_device(&device_k, &device_u);
     check_close(host_second.d_x_hat, device_second.d_x_hat, 10 * tolerance<T>, "d_x_hat");
     check_close(host_second.d_g, device_second.d_g, 10 * tolerance<T>, "d_g");
     check_close(host_second.d_inv_std, device_second.d_inv_std, 100 * tolerance<T>, "d_inv_std");
     check_close(host_second.d_scale, device_second.d_scale, 100 * tolerance<T>, "d_scale (second)");
+    // A null k or u is read as zeros: a filled tensor's bits.
+    const auto unfilled = second_on_device(nullptr, nullptr);
+    const auto filled = second_on_device(&device_zeros, &device_zeros);
+    CHECK(unfilled.d_x_hat.template to<cpu>().to_vector() ==
+          filled.d_x_hat.template to<cpu>().to_vector());
+    CHECK(unfilled.d_g.template to<cpu>().to_vector() == filled.d_g.template to<cpu>().to_vector());
   }
 }
 

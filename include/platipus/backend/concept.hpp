@@ -27,7 +27,8 @@ concept Backend = requires(
     const SummandsLayout<float>& sf, const SummandsLayout<double>& sd, const SumsLayout<float>& nf,
     const SumsLayout<double>& nd, const KlLayout<float>& kf, const KlLayout<double>& kd,
     const SquaredErrorLayout<float>& ef, const SquaredErrorLayout<double>& ed,
-    const CrossEntropyLayout& ce, const NormalRowsLayout<float>& rf,
+    const CrossEntropyLayout& ce, const CrossEntropyGradLayout<float>& ceg,
+    const CrossEntropyGradLayout<double>& cegd, const NormalRowsLayout<float>& rf,
     const NormalRowsLayout<double>& rd, const AdamLayout<float>& af, const AdamLayout<double>& ad,
     const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm,
     std::int64_t* positions, std::uint64_t u, const TaskStreams& ts) {
@@ -117,6 +118,10 @@ concept Backend = requires(
   // from logits and targets.
   {B::cross_entropy(ce, x, x, y, y, y)};
   {B::cross_entropy(ce, xd, xd, yd, yd, yd)};
+  // Its gradient in the logits (CrossEntropyGradLayout) from p, y, the
+  // losses' gradient (null where uniform or none) and p's (null where none).
+  {B::cross_entropy_backward(ceg, x, x, x, x, y)};
+  {B::cross_entropy_backward(cegd, xd, xd, xd, xd, yd)};
 
   // Reductions over the axes that a layout maps to one output element.
   {B::reduce(ReduceOp::sum, x, y, rl)};
@@ -185,6 +190,8 @@ concept Backend = requires(
   {B::batch_norm(norm, xd, 1.0, xd, xd, yd, yd, yd)};
   {B::batch_norm_backward(norm, x, x, x, x, x, x, y, y, y)};
   {B::batch_norm_backward(norm, xd, xd, xd, xd, xd, xd, yd, yd, yd)};
+  // That backward's own gradients (raw::batch_norm_double_backward), with
+  // the gradients k into d_scale and u into d_shift null where none flows.
   {B::batch_norm_double_backward(norm, x, x, x, x, x, x, x, x, x, y, y, y, y)};
   {B::batch_norm_double_backward(norm, xd, xd, xd, xd, xd, xd, xd, xd, xd, yd, yd, yd, yd)};
 

@@ -159,6 +159,12 @@ struct CountingBackend : B {
     B::cross_entropy(l, logits, targets, loss, softmax, target_rows);
   }
   template <class T>
+  static void cross_entropy_backward(const CrossEntropyGradLayout<T>& l, const T* p, const T* y,
+                                     const T* loss_grad, const T* p_grad, T* dz) {
+    count("cross_entropy_backward");
+    B::cross_entropy_backward(l, p, y, loss_grad, p_grad, dz);
+  }
+  template <class T>
   static void add_n(const SummandsLayout<T>& l) {
     count("add_n");
     B::add_n(l);

@@ -257,6 +257,23 @@ struct Repetition {
   }
 };
 
+// The gradient in the logits of a softmax cross-entropy's rows
+// (CrossEntropyLayout's), from the gradient into their losses, (p - y) times
+// it (a value a row, repeated over the rows as `repetition` says where it
+// broadcasts to them, or `uniform` for every row where the call is given
+// none: a mean's or a sum's, known on the host), and from the gradient q
+// into p where one is given, the softmax Jacobian's product p q - p <p, q>;
+// their sum where both flow. The bits of the ops it replaced (sub, scale or
+// mul; mul, sum, mul, sub; add): products stored before their sums, the
+// sums in order from 0.
+template <class T>
+struct CrossEntropyGradLayout {
+  std::int64_t rows = 0, classes = 0;
+  bool from_loss = false;  // a gradient flows into the losses
+  T uniform = T(0);        // its value in every row, where the call has no row values
+  Repetition repetition{};
+};
+
 // y = ±x[0] ± x[1] ± ... ± x[count - 1], added in that order, over n
 // contiguous elements, x[k] negated where negate[k]: the gradients one value
 // receives, summed by one call (autodiff/grad.hpp) with the bits of negating

@@ -1,8 +1,13 @@
-// A softmax cross-entropy's rows by one backend call (the formulas in
-// backend/layouts.hpp, CrossEntropyLayout): the raw kernel of the
+// A softmax cross-entropy's rows, and their gradient in the logits, by one
+// backend call each (the formulas in backend/layouts.hpp,
+// CrossEntropyLayout and CrossEntropyGradLayout): the raw kernels of the
 // cross_entropy_with_logits op.
 #pragma once
 
+#include <optional>
+#include <type_traits>
+
+#include "platipus/tensor/elementwise.hpp"
 #include "platipus/tensor/tensor.hpp"
 
 namespace platipus::raw {
@@ -36,6 +41,47 @@ CrossEntropy<T, B> cross_entropy(const Tensor<T, B>& logits, const Tensor<T, B>&
     B::cross_entropy(form, logits.data(), targets.data(), out.loss.data(), out.softmax.data(),
                      out.one_hot.data());
   return out;
+}
+
+// The gradient in the logits [..., K] of cross_entropy's rows from their
+// softmax p and target rows y [..., K]: from the gradient into the losses,
+// a value a row (loss_grad, at the losses' shape [...] or one that
+// broadcasts to it along at most two runs of axes, read in place) or
+// `uniform` in every row, and from the gradient into p (p_grad, at p's
+// shape), each where given.
+template <class T, class B>
+Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& p, const Tensor<T, B>& y,
+                                    const std::type_identity_t<Tensor<T, B>>* loss_grad,
+                                    std::optional<std::type_identity_t<T>> uniform,
+                                    const std::type_identity_t<Tensor<T, B>>* p_grad) {
+  constexpr std::string_view who = "cross_entropy_backward";
+  check(p.rank() >= 1, who, "the softmax must have a class axis, got a scalar");
+  check(y.shape() == p.shape(), who, "target rows {} must have the softmax's shape {}", y.shape(),
+        p.shape());
+  const Shape losses = p.shape().take_front(p.rank() - 1);
+  std::optional<Repetition> repetition = Repetition{};
+  if (loss_grad) {
+    repetition = repetition_over(loss_grad->shape(), losses);
+    check(repetition.has_value(), who,
+          "the losses' gradient {} must have the losses' shape {}, or one that broadcasts to it "
+          "along at most two runs of axes",
+          loss_grad->shape(), losses);
+  }
+  if (p_grad)
+    check(p_grad->shape() == p.shape(), who, "the softmax's gradient {} must have its shape {}",
+          p_grad->shape(), p.shape());
+  check(!(loss_grad && uniform), who, "the losses' gradient is given both per row and uniform");
+  check(loss_grad || uniform || p_grad, who, "no gradient flows into the losses or the softmax");
+  const CrossEntropyGradLayout<T> form{.rows = p.numel() / p.dim(-1),
+                                       .classes = p.dim(-1),
+                                       .from_loss = loss_grad || uniform,
+                                       .uniform = uniform.value_or(T(0)),
+                                       .repetition = *repetition};
+  Tensor<T, B> dz(p.shape());
+  if (p.numel() > 0)
+    B::cross_entropy_backward(form, p.data(), y.data(), loss_grad ? loss_grad->data() : nullptr,
+                              p_grad ? p_grad->data() : nullptr, dz.data());
+  return dz;
 }
 
 }  // namespace platipus::raw

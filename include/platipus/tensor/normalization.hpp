@@ -116,7 +116,8 @@ NormalizedGradients<T, B> batch_norm_backward(
 // results (d_scale and d_shift passed here) and h, k, u the gradients
 // flowing into them, the gradients of <h, dx> + <k, d_scale> + <u, d_shift>
 // in x_hat, inv_std, scale and g, in two sweeps (the closed form is in
-// backend/cpu/normalization.hpp).
+// backend/cpu/normalization.hpp). A null k or u is zeros, read as such
+// rather than filled (the same arithmetic, one kernel fewer each).
 template <class T, class B>
 struct NormalizedSecondGradients {
   Tensor<T, B> d_x_hat, d_inv_std, d_scale, d_g;
@@ -126,22 +127,24 @@ template <class T, class B>
 NormalizedSecondGradients<T, B> batch_norm_double_backward(
     const Tensor<T, B>& x_hat, const Tensor<T, B>& inv_std, const Tensor<T, B>& scale,
     const Tensor<T, B>& g, const Tensor<T, B>& d_scale, const Tensor<T, B>& d_shift,
-    const Tensor<T, B>& h, const Tensor<T, B>& k, const Tensor<T, B>& u, int positions) {
+    const Tensor<T, B>& h, const std::type_identity_t<Tensor<T, B>>* k,
+    const std::type_identity_t<Tensor<T, B>>* u, int positions) {
   constexpr std::string_view who = "batch_norm_double_backward";
   const NormLayout l = norm_layout(x_hat.shape(), positions, who);
   const Shape statistics = norm_statistics_shape(x_hat.shape(), positions);
   check(g.shape() == x_hat.shape() && h.shape() == x_hat.shape(), who,
         "x_hat {}, g {} and h {} must have one shape", x_hat.shape(), g.shape(), h.shape());
-  for (const Tensor<T, B>* t : {&inv_std, &scale, &d_scale, &d_shift, &k, &u})
-    check(t->shape() == statistics, who, "a per-group input is {}, not the statistics' shape {}",
-          t->shape(), statistics);
+  for (const Tensor<T, B>* t : {&inv_std, &scale, &d_scale, &d_shift, k, u})
+    if (t)
+      check(t->shape() == statistics, who, "a per-group input is {}, not the statistics' shape {}",
+            t->shape(), statistics);
   NormalizedSecondGradients<T, B> out{Tensor<T, B>(x_hat.shape()), Tensor<T, B>(statistics),
                                       Tensor<T, B>(statistics), Tensor<T, B>(x_hat.shape())};
   if (g.numel())
     B::batch_norm_double_backward(l, x_hat.data(), inv_std.data(), scale.data(), g.data(),
-                                  d_scale.data(), d_shift.data(), h.data(), k.data(), u.data(),
-                                  out.d_x_hat.data(), out.d_inv_std.data(), out.d_scale.data(),
-                                  out.d_g.data());
+                                  d_scale.data(), d_shift.data(), h.data(), k ? k->data() : nullptr,
+                                  u ? u->data() : nullptr, out.d_x_hat.data(), out.d_inv_std.data(),
+                                  out.d_scale.data(), out.d_g.data());
   return out;
 }
 

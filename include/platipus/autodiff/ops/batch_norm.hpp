@@ -62,11 +62,10 @@ std::vector<Var<T, B>> batch_norm_backward(const Var<T, B>& x_hat, const Var<T, 
         const auto h = c.grad(0), k = c.grad(1), u = c.grad(2);  // into dx, d_scale, d_shift
         const Shape& groups = r.shape();
         if (h.defined() && !GradMode::enabled()) {  // nothing to record: two sweeps, fused
-          const auto zeros = Tensor<T, B>::zeros(groups);
           auto d = raw::batch_norm_double_backward(x_hat.value(), r.value(), s.value(), g.value(),
                                                    c.output(1).value(), c.output(2).value(),
-                                                   h.value(), k.defined() ? k.value() : zeros,
-                                                   u.defined() ? u.value() : zeros, positions);
+                                                   h.value(), k.defined() ? &k.value() : nullptr,
+                                                   u.defined() ? &u.value() : nullptr, positions);
           Tape<T, B>& tape = c.tape();
           if (c.needs(0)) c.set(0, tape.constant(std::move(d.d_x_hat)));
           if (c.needs(1)) c.set(1, tape.constant(std::move(d.d_inv_std)));

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "platipus/autodiff/grad_mode.hpp"
 #include "platipus/autodiff/ops/exp_log.hpp"
 #include "platipus/autodiff/ops/reduce.hpp"
 #include "platipus/autodiff/ops/reshape.hpp"
@@ -49,6 +50,25 @@ Var<T, B> softmax(const Var<T, B>& x, int axis = -1) {
 }
 
 namespace detail {
+// u (p - y): the cross-entropy's gradient in the logits where the losses'
+// is u in every row (a mean's or a sum's, known on the host), as one op and
+// one call (raw::cross_entropy_backward) where sub and scale were two
+// kernels, with their bits; its gradient in p is u times its own, as
+// scale's rule gives it (issue 38). y is a constant.
+template <class T, class B>
+Var<T, B> uniform_cross_entropy_gradient(const Var<T, B>& p, const Var<T, B>& y, T u) {
+  return record(
+      "cross_entropy_backward", {p},
+      raw::cross_entropy_backward(p.value(), y.value(), nullptr, u, nullptr),
+      [u](Backward<T, B>& c) {
+        if (const auto v = c.uniform_grad())
+          c.set_uniform(0, *v * u);
+        else
+          c.set(0, scale(c.grad(), u));
+      },
+      saves_nothing);
+}
+
 // The cross-entropy op over raw::cross_entropy's results, y the target rows
 // its rule reads (a constant input).
 template <class T, class B>
@@ -62,11 +82,19 @@ Var<T, B> record_cross_entropy(const Var<T, B>& logits, raw::CrossEntropy<T, B> 
       "cross_entropy_with_logits", std::span<const Var<T, B>>(inputs), std::move(results),
       [](Backward<T, B>& c) {
         const auto p = c.output(1), gp = c.grad(1);
+        const auto u = c.uniform_grad(0);
+        if (!GradMode::enabled()) {  // nothing records: one call, the bits of the ops below
+          const Var<T, B> gl = u ? Var<T, B>() : c.broadcast_grad(0);  // read unexpanded
+          c.set(0, c.tape().constant(raw::cross_entropy_backward(
+                       p.value(), c.input(1).value(), gl.defined() ? &gl.value() : nullptr, u,
+                       gp.defined() ? &gp.value() : nullptr)));
+          return;
+        }
         Var<T, B> dz;
         // A mean's or a sum's gradient known on the host scales p - y with
         // no fill (issue 38): u (p - y) has the bits of the filled product.
-        if (const auto u = c.uniform_grad(0)) {
-          dz = scale(sub(p, c.input(1)), *u);
+        if (u) {
+          dz = uniform_cross_entropy_gradient(p, c.input(1), *u);
         } else if (const auto gl = c.broadcast_grad(0); gl.defined()) {
           Shape rows = gl.shape();  // kept's shape, or one that broadcasts to it
           rows.push_back(1);
@@ -90,8 +118,9 @@ Var<T, B> record_cross_entropy(const Var<T, B>& logits, raw::CrossEntropy<T, B> 
 // CPU (issue 38). It keeps p = softmax(z) as a second result, its gradient
 // is g (p - y), and p's own gradient (from rules that read it, under higher
 // orders) is the softmax Jacobian's product p (h - <p, h>), all written with
-// the library's ops, so every order differentiates through it. y is a
-// constant.
+// the library's ops, so every order differentiates through it; a sweep that
+// records nothing (a meta-gradient's outer one) takes the whole rule in one
+// raw::cross_entropy_backward call with those ops' bits. y is a constant.
 template <class T, class B>
 Var<T, B> cross_entropy_with_logits(const Var<T, B>& logits, Tensor<T, B> targets) {
   auto computed = raw::cross_entropy(logits.value(), targets, false);

@@ -286,6 +286,34 @@ struct cpu {
       for (std::int64_t j = 0; j < k; ++j) p[r * k + j] = p[r * k + j] / sum_exp[r];
     }
   }
+  // Row by row, each step's results stored before the next reads them (so
+  // that no product and sum contract into one rounding), the row's sum in
+  // order from 0, as reduce's.
+  template <class T>
+  static void cross_entropy_backward(const CrossEntropyGradLayout<T>& l, const T* p, const T* y,
+                                     const T* loss_grad, const T* p_grad, T* dz) {
+    const std::int64_t k = l.classes;
+    std::vector<T> buffer(p_grad ? static_cast<std::size_t>(2 * k) : 0);
+    T *pq = buffer.data(), *p_sum = pq + (p_grad ? k : 0);
+    for (std::int64_t r = 0; r < l.rows; ++r) {
+      const T *pr = p + r * k, *yr = y + r * k;
+      T* d = dz + r * k;
+      if (l.from_loss) {
+        const T g = loss_grad ? loss_grad[l.repetition.source(r)] : l.uniform;
+        for (std::int64_t j = 0; j < k; ++j) d[j] = (pr[j] - yr[j]) * g;
+      }
+      if (!p_grad) continue;
+      const T* q = p_grad + r * k;
+      for (std::int64_t j = 0; j < k; ++j) pq[j] = pr[j] * q[j];
+      T sum = T(0);
+      for (std::int64_t j = 0; j < k; ++j) sum = sum + pq[j];
+      for (std::int64_t j = 0; j < k; ++j) p_sum[j] = pr[j] * sum;
+      if (l.from_loss)
+        for (std::int64_t j = 0; j < k; ++j) d[j] = d[j] + (pq[j] - p_sum[j]);
+      else
+        for (std::int64_t j = 0; j < k; ++j) d[j] = pq[j] - p_sum[j];
+    }
+  }
 
   template <class T>
   static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t) {

@@ -201,7 +201,7 @@ void double_backward(const NormLayout& l, const T* x_hat, const T* inv_std, cons
       d_inv_std[group] = static_cast<T>(scale[group] * bracket);
       const T rs = inv_std[group] * scale[group], mean_h = static_cast<T>(a / m),
               mean_xh = static_cast<T>(x / m), mean_xg = static_cast<T>(sum_xg[group] / m),
-              kg = k[group], ug = u[group];
+              kg = k ? k[group] : T(0), ug = u ? u[group] : T(0);
       for (std::int64_t i = 0; i < l.n; ++i) {
         const std::int64_t start = row_start(l, o, std::int64_t(ch), i);
         for (std::int64_t p = start; p < start + l.inner; ++p) {

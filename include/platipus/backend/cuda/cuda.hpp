@@ -101,6 +101,9 @@ struct cuda {
   static void cross_entropy(const CrossEntropyLayout& l, const T* logits, const T* targets, T* loss,
                             T* softmax, T* target_rows);
   template <class T>
+  static void cross_entropy_backward(const CrossEntropyGradLayout<T>& l, const T* p, const T* y,
+                                     const T* loss_grad, const T* p_grad, T* dz);
+  template <class T>
   static void adam(const AdamLayout<T>& l, const AdamStep<T>& step, const T* t);
 
   // ---- reductions ----

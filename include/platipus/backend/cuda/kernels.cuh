@@ -436,6 +436,34 @@ __global__ void cross_entropy_kernel(CrossEntropyLayout l, const T* z, const T* 
   }
 }
 
+// Its gradient in the logits: a warp per row, <p, q> combined by the warp.
+template <class T>
+__global__ void cross_entropy_backward_kernel(CrossEntropyGradLayout<T> l, const T* p, const T* y,
+                                              const T* loss_grad, const T* p_grad, T* dz) {
+  constexpr unsigned all_lanes = 0xffffffffu;
+  const int lane = static_cast<int>(threadIdx.x) % warp_threads;
+  const std::int64_t warps = thread_count() / warp_threads, k = l.classes;
+  for (std::int64_t row = thread_index() / warp_threads; row < l.rows; row += warps) {
+    const T *pr = p + row * k, *yr = y + row * k;
+    const T g = loss_grad ? loss_grad[l.repetition.source(row)] : l.uniform;
+    T sum = T(0);
+    if (p_grad) {
+      for (std::int64_t j = lane; j < k; j += warp_threads)
+        sum = sum + multiplied_rn(pr[j], p_grad[row * k + j]);
+      sum = __shfl_sync(all_lanes, group_combine<warp_threads>(sum, functors::add{}), 0);
+    }
+    for (std::int64_t j = lane; j < k; j += warp_threads) {
+      T d = l.from_loss ? multiplied_rn(pr[j] - yr[j], g) : T(0);
+      if (p_grad) {
+        const T jacobian_product =
+            multiplied_rn(pr[j], p_grad[row * k + j]) - multiplied_rn(pr[j], sum);
+        d = l.from_loss ? d + jacobian_product : jacobian_product;
+      }
+      dz[row * k + j] = d;
+    }
+  }
+}
+
 template <class T, class I>
 __global__ void copy_kernel(const T* src, T* dst, CopyLayout l, I n) {
   for (I i = static_cast<I>(thread_index()); i < n; i += static_cast<I>(thread_count())) {
@@ -673,7 +701,7 @@ __global__ void __launch_bounds__(norm_threads)
     const T mean_h = static_cast<T>(a / static_cast<double>(m));
     const T mean_xh = static_cast<T>(x / static_cast<double>(m));
     const T mean_xg = static_cast<T>(sum_xg[group] / static_cast<double>(m));
-    const T kg = k[group], ug = u[group];
+    const T kg = k ? k[group] : T(0), ug = u ? u[group] : T(0);
     for (I j = threadIdx.x; j < m; j += blockDim.x) {
       const I e = at[j];
       d_g[e] = rs * (h[e] - mean_h - x_hat[e] * mean_xh) + x_hat[e] * kg + ug;
@@ -890,6 +918,14 @@ void cuda::cross_entropy(const CrossEntropyLayout& l, const T* logits, const T* 
   cuda_kernels::launch("cuda::cross_entropy", l.rows * cuda_kernels::warp_threads,
                        cuda_kernels::cross_entropy_kernel<T>, l, logits, targets, loss, softmax,
                        target_rows);
+}
+
+template <class T>
+void cuda::cross_entropy_backward(const CrossEntropyGradLayout<T>& l, const T* p, const T* y,
+                                  const T* loss_grad, const T* p_grad, T* dz) {
+  cuda_kernels::launch("cuda::cross_entropy_backward", l.rows * cuda_kernels::warp_threads,
+                       cuda_kernels::cross_entropy_backward_kernel<T>, l, p, y, loss_grad, p_grad,
+                       dz);
 }
 
 template <class T>
