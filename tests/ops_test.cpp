@@ -1928,43 +1928,70 @@ TEMPLATE_TEST_CASE(
   const auto rows = raw::map(BinaryOp::div, soft, raw::sum_to(soft, Shape{3, 7, 1}), "test");
   const auto w = raw::normal<T>(losses, gen), w_tasks = raw::normal<T>({3, 1}, gen),
              v = raw::normal<T>(shape, gen);
-  // The gradients flowing into the op: the losses' uniform (a sum's), per
-  // row, per row broadcast (a row sum's), negated; the softmax's alone (the
-  // outer sweep of a gradient through the op, from per-row and from uniform
-  // losses' gradients); the softmax's and the losses'.
-  enum class Flow { uniform, rows, broadcast_rows, negated_rows, softmax, uniform_softmax, both };
-  for (const Flow flow : {Flow::uniform, Flow::rows, Flow::broadcast_rows, Flow::negated_rows,
-                          Flow::softmax, Flow::uniform_softmax, Flow::both}) {
-    CAPTURE(static_cast<int>(flow));
+  // z's gradient from f(tape, z) by a sweep that records nothing and by one
+  // that records: its bits and the calls of each.
+  struct Sweeps {
     std::vector<std::uint64_t> results[2];
     KernelCalls calls[2];
+  };
+  const auto sweeps = [](const Tensor<T>& z0, const auto& f_of) {
+    Sweeps out;
     for (const bool create_graph : {false, true}) {
       Tape<T, counted> tape;
       const std::array<CountedVar, 1> z{tape.variable(z0.template to<counted>())};
-      const auto constant = [&](const Tensor<T>& t) {
-        return tape.constant(t.template to<counted>());
-      };
-      const auto loss = [&] {
-        return cross_entropy_with_logits(z[0], rows.template to<counted>());
-      };
-      CountedVar f;
-      if (flow == Flow::uniform) f = sum(scale(loss(), T(0.3)));
-      if (flow == Flow::rows) f = sum(loss() * constant(w));
-      if (flow == Flow::broadcast_rows) f = sum(sum(loss(), {-1}, true) * constant(w_tasks));
-      if (flow == Flow::negated_rows) f = sum(neg(loss()) * constant(w));
-      if (flow == Flow::softmax || flow == Flow::uniform_softmax || flow == Flow::both) {
-        const CountedVar losses_of_z = loss();  // one op, both of whose results f reads in `both`
-        const auto inner =
-            flow == Flow::uniform_softmax ? sum(losses_of_z) : sum(losses_of_z * constant(w));
-        const auto g = grad(inner, std::span<const CountedVar>(z), {.create_graph = true});
-        f = sum(g[0] * constant(v));
-        if (flow == Flow::both) f = f + sum(losses_of_z);
-      }
+      const CountedVar f = f_of(tape, z);
       counted::reset();
       const auto g = grad(f, std::span<const CountedVar>(z), {.create_graph = create_graph});
-      calls[create_graph] = counted::calls();
-      for (const auto b : bits(g[0].value())) results[create_graph].push_back(b);
+      out.calls[create_graph] = counted::calls();
+      for (const auto b : bits(g[0].value())) out.results[create_graph].push_back(b);
     }
+    return out;
+  };
+  // The gradients flowing into the op: the losses' uniform (a sum's), per
+  // row, per row broadcast (a row sum's), negated; the softmax's alone (the
+  // outer sweep of a gradient through the op, from per-row and from uniform
+  // losses' gradients, the latter's own rule given a tensor and a uniform
+  // gradient); the softmax's and the losses'.
+  enum class Flow {
+    uniform,
+    rows,
+    broadcast_rows,
+    negated_rows,
+    softmax,
+    uniform_softmax,
+    uniform_softmax_sum,
+    both
+  };
+  for (const Flow flow :
+       {Flow::uniform, Flow::rows, Flow::broadcast_rows, Flow::negated_rows, Flow::softmax,
+        Flow::uniform_softmax, Flow::uniform_softmax_sum, Flow::both}) {
+    CAPTURE(static_cast<int>(flow));
+    const auto [results, calls] =
+        sweeps(z0, [&](Tape<T, counted>& tape, const std::array<CountedVar, 1>& z) {
+          const auto constant = [&](const Tensor<T>& t) {
+            return tape.constant(t.template to<counted>());
+          };
+          const auto loss = [&] {
+            return cross_entropy_with_logits(z[0], rows.template to<counted>());
+          };
+          CountedVar f;
+          if (flow == Flow::uniform) f = sum(scale(loss(), T(0.3)));
+          if (flow == Flow::rows) f = sum(loss() * constant(w));
+          if (flow == Flow::broadcast_rows) f = sum(sum(loss(), {-1}, true) * constant(w_tasks));
+          if (flow == Flow::negated_rows) f = sum(neg(loss()) * constant(w));
+          if (flow == Flow::softmax || flow == Flow::uniform_softmax ||
+              flow == Flow::uniform_softmax_sum || flow == Flow::both) {
+            const CountedVar losses_of_z =
+                loss();  // one op, both of whose results f reads in `both`
+            const bool uniform_inner =
+                flow == Flow::uniform_softmax || flow == Flow::uniform_softmax_sum;
+            const auto inner = uniform_inner ? sum(losses_of_z) : sum(losses_of_z * constant(w));
+            const auto g = grad(inner, std::span<const CountedVar>(z), {.create_graph = true});
+            f = flow == Flow::uniform_softmax_sum ? sum(g[0]) : sum(g[0] * constant(v));
+            if (flow == Flow::both) f = f + sum(losses_of_z);
+          }
+          return f;
+        });
     CHECK(results[0] == results[1]);
     CHECK(calls[0]["cross_entropy_backward"] == 1);
     if (flow == Flow::uniform) {
@@ -1974,6 +2001,74 @@ TEMPLATE_TEST_CASE(
     } else {
       CHECK(calls[0].total() < calls[1].total());
     }
+  }
+
+  // Against the rule's ops themselves (scale or mul of p - y; mul, the sum
+  // over the class axis, where an axis of one is not summed, mul, sub; add),
+  // on rows of ten classes and of one: every form of the losses' gradient
+  // (uniform, per row, repeated over tasks, points or both), the softmax's
+  // with signed zeros, a row whose target is its softmax (p - y = 0).
+  for (const std::int64_t classes : {10, 1}) {
+    CAPTURE(classes);
+    const Shape s{3, 7, classes}, kept{3, 7, 1};
+    const auto e = raw::map(UnaryOp::exp, raw::normal<T>(s, gen));
+    const auto p = raw::map(BinaryOp::div, e, raw::sum_to(e, kept), "test");
+    const auto f = raw::map(UnaryOp::exp, raw::normal<T>(s, gen));
+    auto y_values = raw::map(BinaryOp::div, f, raw::sum_to(f, kept), "test").to_vector();
+    const auto p_values = p.to_vector();
+    std::copy_n(p_values.begin(), classes, y_values.begin());
+    auto q_values = raw::normal<T>(s, gen).to_vector();
+    q_values[0] = -T(0), q_values.back() = -T(0), q_values[q_values.size() / 2] = T(0);
+    const auto y = Tensor<T>::from_host(s, y_values), q = Tensor<T>::from_host(s, q_values);
+    const auto composite = [&](std::optional<T> u, const Tensor<T>* gl, const Tensor<T>* gp) {
+      Tape<T> tape;
+      const auto pv = tape.constant(p.clone()), yv = tape.constant(y.clone());
+      Var<T> dz;
+      if (u) {
+        dz = scale(sub(pv, yv), *u);
+      } else if (gl) {
+        Shape with_class = gl->shape();
+        with_class.push_back(1);
+        dz = mul(reshape(tape.constant(gl->clone()), with_class), sub(pv, yv));
+      }
+      if (gp) {
+        const auto pg = mul(pv, tape.constant(gp->clone()));
+        const auto jacobian_product = sub(pg, mul(pv, sum(pg, {-1}, true)));
+        dz = dz.defined() ? add(dz, jacobian_product) : jacobian_product;
+      }
+      return bits(dz.value());
+    };
+    const auto fused = [&](std::optional<T> u, const Tensor<T>* gl, const Tensor<T>* gp) {
+      return bits(raw::cross_entropy_backward(p, y, gl, u, gp));
+    };
+    for (const std::optional<T> u : {std::optional<T>(T(0.3)), std::optional<T>(T(-0.3))}) {
+      CHECK(fused(u, nullptr, nullptr) == composite(u, nullptr, nullptr));
+      CHECK(fused(u, nullptr, &q) == composite(u, nullptr, &q));
+    }
+    CHECK(fused(std::nullopt, nullptr, &q) == composite(std::nullopt, nullptr, &q));
+    for (const Shape& repeated : {Shape{3, 7}, Shape{3, 1}, Shape{1, 7}, Shape{1, 1}}) {
+      CAPTURE(repeated);
+      const auto gl = raw::normal<T>(repeated, gen);
+      CHECK(fused(std::nullopt, &gl, nullptr) == composite(std::nullopt, &gl, nullptr));
+      CHECK(fused(std::nullopt, &gl, &q) == composite(std::nullopt, &gl, &q));
+    }
+  }
+
+  // A losses' gradient that repeats along three runs of axes is expanded,
+  // then read by the same call: the bits of the sweep that records.
+  {
+    const Shape wide{2, 3, 2, 3, 2, 4};
+    const auto z_wide = raw::normal<T>(wide, gen), e = raw::map(UnaryOp::exp, z_wide);
+    const auto y_wide = raw::map(BinaryOp::div, e, raw::sum_to(e, Shape{2, 3, 2, 3, 2, 1}), "test");
+    const auto w_runs = raw::normal<T>({1, 3, 1, 3, 1}, gen);
+    const auto [results, calls] =
+        sweeps(z_wide, [&](Tape<T, counted>& tape, const std::array<CountedVar, 1>& z) {
+          const auto loss = cross_entropy_with_logits(z[0], y_wide.template to<counted>());
+          return sum(sum(loss, {0, 2, 4}, true) * tape.constant(w_runs.template to<counted>()));
+        });
+    CHECK(results[0] == results[1]);
+    CHECK(calls[0]["cross_entropy_backward"] == 1);
+    CHECK(calls[0]["strided_copy"] == 1);
   }
   // Gradients of the wrong shapes, or none, named.
   const Tensor<T> p({2, 3}), wrong({3});

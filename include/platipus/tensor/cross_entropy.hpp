@@ -31,7 +31,7 @@ CrossEntropy<T, B> cross_entropy(const Tensor<T, B>& logits, const Tensor<T, B>&
   if (class_indices) target_shape[target_shape.rank() - 1] = 1;
   check(targets.shape() == target_shape, who, "targets {} must have the shape {} beside logits {}",
         targets.shape(), target_shape, logits.shape());
-  const CrossEntropyLayout form{.rows = logits.numel() / logits.dim(-1),
+  const CrossEntropyLayout form{.rows = logits.dim(-1) ? logits.numel() / logits.dim(-1) : 0,
                                 .classes = logits.dim(-1),
                                 .class_indices = class_indices};
   CrossEntropy<T, B> out{Tensor<T, B>(logits.shape().take_front(logits.rank() - 1)),
@@ -72,7 +72,7 @@ Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& p, const Tensor<T, B>& y
           p_grad->shape(), p.shape());
   check(!(loss_grad && uniform), who, "the losses' gradient is given both per row and uniform");
   check(loss_grad || uniform || p_grad, who, "no gradient flows into the losses or the softmax");
-  const CrossEntropyGradLayout<T> form{.rows = p.numel() / p.dim(-1),
+  const CrossEntropyGradLayout<T> form{.rows = p.dim(-1) ? p.numel() / p.dim(-1) : 0,
                                        .classes = p.dim(-1),
                                        .from_loss = loss_grad || uniform,
                                        .uniform = uniform.value_or(T(0)),

@@ -288,7 +288,8 @@ struct cpu {
   }
   // Row by row, each step's results stored before the next reads them (so
   // that no product and sum contract into one rounding), the row's sum in
-  // order from 0, as reduce's.
+  // order from 0, as reduce's, and a one-class row's its product (sum_to
+  // over an axis of one is the identity: 0 + -0 would be +0).
   template <class T>
   static void cross_entropy_backward(const CrossEntropyGradLayout<T>& l, const T* p, const T* y,
                                      const T* loss_grad, const T* p_grad, T* dz) {
@@ -305,8 +306,11 @@ struct cpu {
       if (!p_grad) continue;
       const T* q = p_grad + r * k;
       for (std::int64_t j = 0; j < k; ++j) pq[j] = pr[j] * q[j];
-      T sum = T(0);
-      for (std::int64_t j = 0; j < k; ++j) sum = sum + pq[j];
+      T sum = pq[0];
+      if (k > 1) {
+        sum = T(0);
+        for (std::int64_t j = 0; j < k; ++j) sum = sum + pq[j];
+      }
       for (std::int64_t j = 0; j < k; ++j) p_sum[j] = pr[j] * sum;
       if (l.from_loss)
         for (std::int64_t j = 0; j < k; ++j) d[j] = d[j] + (pq[j] - p_sum[j]);

@@ -447,7 +447,9 @@ __global__ void cross_entropy_backward_kernel(CrossEntropyGradLayout<T> l, const
     const T *pr = p + row * k, *yr = y + row * k;
     const T g = loss_grad ? loss_grad[l.repetition.source(row)] : l.uniform;
     T sum = T(0);
-    if (p_grad) {
+    if (p_grad && k == 1) {  // no sum (the CPU's: 0 + -0 would be +0)
+      sum = multiplied_rn(pr[0], p_grad[row]);
+    } else if (p_grad) {
       for (std::int64_t j = lane; j < k; j += warp_threads)
         sum = sum + multiplied_rn(pr[j], p_grad[row * k + j]);
       sum = __shfl_sync(all_lanes, group_combine<warp_threads>(sum, functors::add{}), 0);
