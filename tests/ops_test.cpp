@@ -511,6 +511,76 @@ TEST_CASE("slice's rule pads an unexpanded gradient and expands it in one call, 
 }
 
 TEST_CASE(
+    "a product's two gradients are one gemms call, recorded as two matmul ops where the sweep "
+    "records, with the bits of two matmul calls",
+    "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  struct Product {
+    Shape a, b;       // op(a) [..., m, k], op(b) [..., k, n] before transposes
+    bool one_layout;  // false: mixed batch broadcasts, a matmul call each
+  };
+  // Two matrices; a batch on both sides; one shared matrix times a batch (the
+  // weight gradient's rows folded); a batch of one against a batch (its
+  // gradient summed); a shared left factor; batch axes broadcast both ways.
+  for (const Product& product :
+       {Product{{4, 3}, {3, 5}, true}, Product{{2, 4, 3}, {2, 3, 5}, true},
+        Product{{2, 4, 3}, {3, 5}, true}, Product{{2, 4, 3}, {1, 3, 5}, true},
+        Product{{4, 3}, {2, 3, 5}, true}, Product{{2, 1, 4, 3}, {1, 3, 3, 5}, false}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        CAPTURE(product.a, product.b, ta, tb);
+        const auto transposed = [](Shape s, bool t) {
+          if (t) std::swap(s[s.rank() - 2], s[s.rank() - 1]);
+          return s;
+        };
+        const auto a0 = normal(transposed(product.a, ta), 430),
+                   b0 = normal(transposed(product.b, tb), 431);
+        const Shape out = raw::matmul_shape(a0.shape(), b0.shape(), ta, tb);
+        const auto r0 = normal(out, 432);
+        std::vector<std::uint64_t> results[2];
+        for (const bool create_graph : {false, true}) {
+          Tape<double, counted> tape;
+          const std::array<CountedVar, 2> inputs{tape.variable(a0.to<counted>()),
+                                                 tape.variable(b0.to<counted>())};
+          const CountedVar y =
+              sum(mul(matmul(inputs[0], inputs[1], ta, tb), tape.constant(r0.to<counted>())));
+          counted::reset();
+          const auto g =
+              grad(y, std::span<const CountedVar>(inputs), {.create_graph = create_graph});
+          KernelCalls calls = counted::calls();
+          CHECK(calls["gemms"] == (product.one_layout ? 1u : 0u));
+          CHECK((calls["gemm"] == 0) == product.one_layout);
+          for (const auto& gi : g)
+            for (const auto b : bits(gi.value())) results[create_graph].push_back(b);
+        }
+        CHECK(results[0] == results[1]);
+        // Two matmul calls on the gradient r0 (the rule's formulas, a shared
+        // matrix's rows folded), summed to the factors' shapes.
+        const bool fold = b0.rank() == 2 && a0.rank() > 2 && !ta;
+        const auto rows = [fold](const Tensor<double>& t) {
+          return Tensor<double>::view(t,
+                                      fold ? Shape{t.numel() / t.dim(-1), t.dim(-1)} : t.shape());
+        };
+        const auto a2 = rows(a0), g2 = rows(r0);
+        std::vector<std::uint64_t> expected;
+        for (const auto b : bits(raw::sum_to(
+                 ta ? raw::matmul(b0, r0, tb, true) : raw::matmul(r0, b0, false, !tb), a0.shape())))
+          expected.push_back(b);
+        for (const auto b : bits(raw::sum_to(
+                 tb ? raw::matmul(g2, a2, true, ta) : raw::matmul(a2, g2, !ta, false), b0.shape())))
+          expected.push_back(b);
+        CHECK(results[0] == expected);
+      }
+
+  // The raw call against two matmul calls, an empty product among them.
+  const auto a = normal({2, 4, 3}, 433), b = normal({3, 5}, 434), empty = normal({0, 4}, 435);
+  const auto [first, second] = raw::matmul_pair<double, cpu>({a, b}, {empty, a, false, false});
+  CHECK(bits(first) == bits(raw::matmul(a, b)));
+  CHECK(second.shape() == Shape{2, 0, 3});
+}
+
+TEST_CASE(
     "a ReLU layer's routed gradient and its bias's are one call in a sweep that records nothing, "
     "with the bits of the recorded rules",
     "[ops][grad]") {
@@ -2054,8 +2124,8 @@ TEMPLATE_TEST_CASE(
     }
   }
 
-  // A losses' gradient that repeats along three runs of axes is expanded,
-  // then read by the same call: the bits of the sweep that records.
+  // A losses' gradient that repeats along three runs of axes is expanded
+  // (one copy), then read by the same call: the bits of the sweep that records.
   {
     const Shape wide{2, 3, 2, 3, 2, 4};
     const auto z_wide = raw::normal<T>(wide, gen), e = raw::map(UnaryOp::exp, z_wide);
@@ -2069,6 +2139,10 @@ TEMPLATE_TEST_CASE(
     CHECK(results[0] == results[1]);
     CHECK(calls[0]["cross_entropy_backward"] == 1);
     CHECK(calls[0]["strided_copy"] == 1);
+    // The raw call expands it itself: the bits of the expanded gradient's.
+    const auto expanded = raw::expand(w_runs, Shape{2, 3, 2, 3, 2});
+    CHECK(bits(raw::cross_entropy_backward(y_wide, y_wide, &w_runs, std::nullopt, nullptr)) ==
+          bits(raw::cross_entropy_backward(y_wide, y_wide, &expanded, std::nullopt, nullptr)));
   }
   // Gradients of the wrong shapes, or none, named.
   const Tensor<T> p({2, 3}), wrong({3});

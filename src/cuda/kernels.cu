@@ -35,6 +35,7 @@ namespace platipus {
   template void cuda::reduce<T>(ReduceOp, const T*, T*, const ReduceLayout&);                      \
   template void cuda::strided_copy<T>(const T*, T*, const CopyLayout&);                            \
   template void cuda::foreach_strided_copy<T>(const CopiesLayout<T>&);                             \
+  template void cuda::gemms<T>(const GemmsLayout<T>&);                                             \
   template void cuda::gather<T>(const T*, const std::int64_t*, T*, const IndexLayout&);            \
   template void cuda::scatter_add<T>(const T*, const std::int64_t*, T*, const IndexLayout&);       \
   template void cuda::max_pool2d<T>(const PoolLayout&, const T*, T*, std::int64_t*);               \

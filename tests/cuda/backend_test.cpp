@@ -555,6 +555,55 @@ TEMPLATE_TEST_CASE("GEMM matches the CPU backend for every transpose, batch stri
         }
 }
 
+TEMPLATE_TEST_CASE(
+    "gemms matches the CPU backend for two products in one kernel, and by cuBLAS where one is "
+    "large",
+    "[cuda][backend]", float, double) {
+  using T = TestType;
+  // Products of 17 x 33 tiles' edges (partial tiles), every transpose, a
+  // shared matrix, alpha and beta; then one over the one-kernel limit.
+  for (const std::int64_t k : {std::int64_t{19}, std::int64_t{40}, std::int64_t{4096}})
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true}) {
+        INFO("k " << k << " trans_a " << trans_a << " trans_b " << trans_b);
+        const std::int64_t m = 17, n = 33, batch = k > 1000 ? 8 : 3;
+        GemmsLayout<T> l{.count = 2};
+        l.gemm[0] = {.trans_a = trans_a,
+                     .trans_b = trans_b,
+                     .m = m,
+                     .n = n,
+                     .k = k,
+                     .batch = batch,
+                     .stride_a = m * k,
+                     .stride_b = 0,
+                     .stride_c = m * n};
+        l.gemm[1] = {.trans_a = !trans_a,
+                     .trans_b = trans_b,
+                     .m = n,
+                     .n = m,
+                     .k = k,
+                     .batch = 1,
+                     .stride_c = m * n,
+                     .alpha = T(0.5),
+                     .beta = T(2)};
+        const Tensor<T> a0 = normal<T>({batch, m * k}, 20), b0 = normal<T>({k * n}, 21),
+                        a1 = normal<T>({n * k}, 22), b1 = normal<T>({k * m}, 23);
+        Tensor<T> c0 = normal<T>({batch, m * n}, 24), c1 = normal<T>({n * m}, 25);
+        const auto da0 = on_device(a0), db0 = on_device(b0), da1 = on_device(a1),
+                   db1 = on_device(b1);
+        auto dc0 = on_device(c0), dc1 = on_device(c1);
+        GemmsLayout<T> dl = l;
+        l.a = {a0.data(), a1.data()}, l.b = {b0.data(), b1.data()}, l.c = {c0.data(), c1.data()};
+        dl.a = {da0.data(), da1.data()}, dl.b = {db0.data(), db1.data()};
+        dl.c = {dc0.data(), dc1.data()};
+        cpu::gemms(l);
+        cuda::gemms(dl);
+        const T scale = static_cast<T>(std::sqrt(static_cast<double>(k)));
+        check_close(c0, dc0, tolerance<T> * scale, "first product");
+        check_close(c1, dc1, tolerance<T> * scale, "second product");
+      }
+}
+
 TEMPLATE_TEST_CASE("Philox fills give the CPU backend's numbers for the same seed",
                    "[cuda][random]", float, double) {
   using T = TestType;

@@ -20,18 +20,19 @@ concept Backend = requires(
     std::size_t bytes, void* p, const void* cp, float* y, const float* x, double* yd,
     const double* xd, std::int64_t n, const std::int64_t* index, const BroadcastLayout& bl,
     const ReduceLayout& rl, const CopyLayout& cl, const GemmLayout<float>& gf,
-    const GemmLayout<double>& gd, const CopiesLayout<float>& cf, const CopiesLayout<double>& cd,
-    const LinearLayout<float>& lf, const LinearLayout<double>& ld, const BiasLayout& bias,
-    const PiecesLayout<float>& pf, const PiecesLayout<double>& pd, const SubMulLayout<float>& mf,
-    const SubMulLayout<double>& md, const MulLayout<float>& uf, const MulLayout<double>& ud,
-    const SummandsLayout<float>& sf, const SummandsLayout<double>& sd, const SumsLayout<float>& nf,
-    const SumsLayout<double>& nd, const KlLayout<float>& kf, const KlLayout<double>& kd,
-    const SquaredErrorLayout<float>& ef, const SquaredErrorLayout<double>& ed,
-    const CrossEntropyLayout& ce, const CrossEntropyGradLayout<float>& ceg,
-    const CrossEntropyGradLayout<double>& cegd, const NormalRowsLayout<float>& rf,
-    const NormalRowsLayout<double>& rd, const AdamLayout<float>& af, const AdamLayout<double>& ad,
-    const IndexLayout& il, const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm,
-    std::int64_t* positions, std::uint64_t u, const TaskStreams& ts) {
+    const GemmLayout<double>& gd, const GemmsLayout<float>& gsf, const GemmsLayout<double>& gsd,
+    const CopiesLayout<float>& cf, const CopiesLayout<double>& cd, const LinearLayout<float>& lf,
+    const LinearLayout<double>& ld, const BiasLayout& bias, const PiecesLayout<float>& pf,
+    const PiecesLayout<double>& pd, const SubMulLayout<float>& mf, const SubMulLayout<double>& md,
+    const MulLayout<float>& uf, const MulLayout<double>& ud, const SummandsLayout<float>& sf,
+    const SummandsLayout<double>& sd, const SumsLayout<float>& nf, const SumsLayout<double>& nd,
+    const KlLayout<float>& kf, const KlLayout<double>& kd, const SquaredErrorLayout<float>& ef,
+    const SquaredErrorLayout<double>& ed, const CrossEntropyLayout& ce,
+    const CrossEntropyGradLayout<float>& ceg, const CrossEntropyGradLayout<double>& cegd,
+    const NormalRowsLayout<float>& rf, const NormalRowsLayout<double>& rd,
+    const AdamLayout<float>& af, const AdamLayout<double>& ad, const IndexLayout& il,
+    const ConvLayout& conv, const PoolLayout& pool, const NormLayout& norm, std::int64_t* positions,
+    std::uint64_t u, const TaskStreams& ts) {
   // A human-readable device name, for messages.
   { B::name } -> std::convertible_to<const char*>;
   // How many host threads a learner spreads a meta-batch's tasks over when
@@ -137,6 +138,9 @@ concept Backend = requires(
   // Strided batched GEMM, row-major, with transposes.
   {B::gemm(gf, x, x, y)};
   {B::gemm(gd, xd, xd, yd)};
+  // Independent products in one call (GemmsLayout).
+  {B::gemms(gsf)};
+  {B::gemms(gsd)};
   // A linear layer's forward, activation(x w + bias), in one call
   // (LinearLayout): the bias, product and activation of an MLP layer.
   {B::linear(lf, x, x, x, y)};

@@ -205,6 +205,11 @@ struct CountingBackend : B {
     B::gemm(g, a, b, c);
   }
   template <class T>
+  static void gemms(const GemmsLayout<T>& l) {
+    count("gemms");
+    B::gemms(l);
+  }
+  template <class T>
   static void linear(const LinearLayout<T>& l, const T* a, const T* b, const T* bias, T* c) {
     count("linear", l.activation == UnaryOp::copy ? "" : op_name(l.activation));
     B::linear(l, a, b, bias, c);

@@ -80,6 +80,19 @@ struct GemmLayout {
   std::int64_t c_extent() const { return (batch - 1) * stride_c + m * n; }
 };
 
+// Independent products in one call, C_i = op(A_i) op(B_i) (each GemmLayout
+// with its own batch, strides, alpha and beta): the two gradients of a
+// product that a rule takes where nothing records, one kernel on a device
+// where two were (issue 38).
+template <class T>
+struct GemmsLayout {
+  static constexpr int capacity = 2;
+  int count = 0;
+  std::array<GemmLayout<T>, capacity> gemm{};
+  std::array<const T*, capacity> a{}, b{};
+  std::array<T*, capacity> c{};
+};
+
 // A linear layer's forward in one call: C[b] = activation(op(A[b]) op(B[b]) +
 // bias[b]), where bias[b] (n elements, at bias + b * stride_bias; a stride of
 // 0 shares one) is added to every row of C[b] and `activation` (copy: none)

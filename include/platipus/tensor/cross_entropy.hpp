@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "platipus/tensor/elementwise.hpp"
+#include "platipus/tensor/layout.hpp"
 #include "platipus/tensor/tensor.hpp"
 
 namespace platipus::raw {
@@ -46,9 +47,9 @@ CrossEntropy<T, B> cross_entropy(const Tensor<T, B>& logits, const Tensor<T, B>&
 // The gradient in the logits [..., K] of cross_entropy's rows from their
 // softmax p and target rows y [..., K]: from the gradient into the losses,
 // a value a row (loss_grad, at the losses' shape [...] or one that
-// broadcasts to it along at most two runs of axes, read in place) or
-// `uniform` in every row, and from the gradient into p (p_grad, at p's
-// shape), each where given.
+// broadcasts to it: read in place where it repeats along at most two runs
+// of axes, else expanded first) or `uniform` in every row, and from the
+// gradient into p (p_grad, at p's shape), each where given.
 template <class T, class B>
 Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& p, const Tensor<T, B>& y,
                                     const std::type_identity_t<Tensor<T, B>>* loss_grad,
@@ -59,13 +60,18 @@ Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& p, const Tensor<T, B>& y
   check(y.shape() == p.shape(), who, "target rows {} must have the softmax's shape {}", y.shape(),
         p.shape());
   const Shape losses = p.shape().take_front(p.rank() - 1);
-  std::optional<Repetition> repetition = Repetition{};
+  Repetition repetition;
+  Tensor<T, B> expanded;
   if (loss_grad) {
-    repetition = repetition_over(loss_grad->shape(), losses);
-    check(repetition.has_value(), who,
-          "the losses' gradient {} must have the losses' shape {}, or one that broadcasts to it "
-          "along at most two runs of axes",
-          loss_grad->shape(), losses);
+    check(broadcast_shapes(loss_grad->shape(), losses, who) == losses, who,
+          "the losses' gradient {} must broadcast to the losses' shape {}", loss_grad->shape(),
+          losses);
+    if (const auto r = repetition_over(loss_grad->shape(), losses)) {
+      repetition = *r;
+    } else {
+      expanded = expand(*loss_grad, losses);
+      loss_grad = &expanded;
+    }
   }
   if (p_grad)
     check(p_grad->shape() == p.shape(), who, "the softmax's gradient {} must have its shape {}",
@@ -76,7 +82,7 @@ Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& p, const Tensor<T, B>& y
                                        .classes = p.dim(-1),
                                        .from_loss = loss_grad || uniform,
                                        .uniform = uniform.value_or(T(0)),
-                                       .repetition = *repetition};
+                                       .repetition = repetition};
   Tensor<T, B> dz(p.shape());
   if (p.numel() > 0)
     B::cross_entropy_backward(form, p.data(), y.data(), loss_grad ? loss_grad->data() : nullptr,

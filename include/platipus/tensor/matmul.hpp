@@ -3,6 +3,7 @@
 // NumPy broadcasting and `trans_a` / `trans_b` transpose the last two axes.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <utility>
 
@@ -91,6 +92,42 @@ Tensor<T, B> matmul(const Tensor<T, B>& a, const Tensor<T, B>& b, bool trans_a =
                     bool trans_b = false) {
   Tensor<T, B> c(matmul_shape(a.shape(), b.shape(), trans_a, trans_b));
   detail::matmul_into(a, b, c, trans_a, trans_b, T(0));
+  return c;
+}
+
+// The factors of a product op(a) op(b), for matmul_pair.
+template <class T, class B>
+struct Factors {
+  const Tensor<T, B>& a;
+  const Tensor<T, B>& b;
+  bool trans_a = false, trans_b = false;
+};
+
+// Two products in one backend call (GemmsLayout), with the bits of two
+// matmul calls: a product's two gradients where nothing records. Products
+// whose batch axes are mixed broadcasts take a matmul call each.
+template <class T, class B>
+std::array<Tensor<T, B>, 2> matmul_pair(const Factors<T, B>& first, const Factors<T, B>& second) {
+  const auto product = [](const Factors<T, B>& f) {
+    return Tensor<T, B>(matmul_shape(f.a.shape(), f.b.shape(), f.trans_a, f.trans_b));
+  };
+  std::array<Tensor<T, B>, 2> c{product(first), product(second)};
+  GemmsLayout<T> l;
+  for (int i = 0; i < 2; ++i) {
+    const Factors<T, B>& f = i == 0 ? first : second;
+    std::optional<GemmLayout<T>> g =
+        detail::gemm_layout(f.a, f.b, c[i].shape(), f.trans_a, f.trans_b);
+    if (!g)
+      return {matmul(first.a, first.b, first.trans_a, first.trans_b),
+              matmul(second.a, second.b, second.trans_a, second.trans_b)};
+    if (c[i].numel() == 0) continue;
+    detail::merge_row_blocks(*g);
+    l.gemm[l.count] = *g;
+    l.a[l.count] = f.a.data();
+    l.b[l.count] = f.b.data();
+    l.c[l.count++] = c[i].data();
+  }
+  if (l.count > 0) B::gemms(l);
   return c;
 }
 

@@ -1,6 +1,9 @@
 // Batched matrix product with transposes and broadcast batch axes.
 #pragma once
 
+#include <array>
+#include <optional>
+
 #include "platipus/autodiff/ops/broadcast.hpp"
 #include "platipus/autodiff/ops/reshape.hpp"
 #include "platipus/tensor/matmul.hpp"
@@ -13,29 +16,72 @@ Var<T, B> matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a = false,
 
 namespace detail {
 
+template <class T, class B>
+Var<T, B> record_matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a, bool trans_b,
+                        Tensor<T, B> product);
+
+// The factors of a product op(a) op(b), of values or of variables.
+template <class V>
+struct ProductOf {
+  const V* a;
+  const V* b;
+  bool trans_a, trans_b;
+};
+
 // Gradients of C = op(A) op(B) for inputs 0 (A) and 1 (B) of a node, given
 // C's gradient G (op(A) = A^T when trans_a, and so on):
 //   dA = G op(B)^T, or op(B) G^T when trans_a
 //   dB = op(A)^T G, or G^T op(A) when trans_b
-// each summed over the batch axes that A or B were broadcast along.
+// each summed over the batch axes that A or B were broadcast along. One
+// shared matrix times a batch folds the batch into the rows of A and G, so
+// that dB is one GEMM, not a batch of them and a sum.
+template <class V>
+ProductOf<V> grad_a_product(const V& g, const V& b, bool trans_a, bool trans_b) {
+  return trans_a ? ProductOf<V>{&b, &g, trans_b, true} : ProductOf<V>{&g, &b, false, !trans_b};
+}
+template <class V>
+ProductOf<V> grad_b_product(const V& a, const V& g, bool trans_a, bool trans_b) {
+  return trans_b ? ProductOf<V>{&g, &a, true, trans_a} : ProductOf<V>{&a, &g, !trans_a, false};
+}
+
+// Where both gradients are needed, both products are one backend call
+// (raw::matmul_pair), then recorded as the two matmul ops the rule would
+// have made, in the same order (issue 38).
 template <class T, class B>
 void matmul_backward(Backward<T, B>& c, const Var<T, B>& g, bool trans_a, bool trans_b) {
   const auto x = c.input(0), w = c.input(1);
-  if (c.needs(0)) {
-    auto da = trans_a ? matmul(w, g, trans_b, true) : matmul(g, w, false, !trans_b);
-    c.set(0, sum_to(da, x.shape()));
+  const bool fold = w.rank() == 2 && x.rank() > 2 && !trans_a;
+  std::optional<std::array<Tensor<T, B>, 2>> both;
+  if (c.needs(0) && c.needs(1)) {
+    const auto rows = [fold](const Tensor<T, B>& t) {
+      return fold ? Tensor<T, B>::view(t, {t.shape().take_front(t.rank() - 1).numel(), t.dim(-1)})
+                  : Tensor<T, B>::view(t, t.shape());
+    };
+    const Tensor<T, B> x2 = rows(x.value()), g2 = rows(g.value());
+    const auto pa = grad_a_product(g.value(), w.value(), trans_a, trans_b),
+               pb = grad_b_product(x2, g2, trans_a, trans_b);
+    both = raw::matmul_pair<T, B>({*pa.a, *pa.b, pa.trans_a, pa.trans_b},
+                                  {*pb.a, *pb.b, pb.trans_a, pb.trans_b});
   }
+  const auto product = [&](const ProductOf<Var<T, B>>& p, int k) {
+    return both ? record_matmul(*p.a, *p.b, p.trans_a, p.trans_b, std::move((*both)[k]))
+                : matmul(*p.a, *p.b, p.trans_a, p.trans_b);
+  };
+  if (c.needs(0)) c.set(0, sum_to(product(grad_a_product(g, w, trans_a, trans_b), 0), x.shape()));
   if (c.needs(1)) {
-    if (w.rank() == 2 && x.rank() > 2 && !trans_a) {
-      // One shared matrix times a batch: fold the batch into the rows, so the
-      // weight gradient is one GEMM, not a batch of them and a sum.
-      const auto x2 = reshape(x, {-1, x.dim(-1)}), g2 = reshape(g, {-1, g.dim(-1)});
-      c.set(1, trans_b ? matmul(g2, x2, true, false) : matmul(x2, g2, true, false));
-    } else {
-      auto db = trans_b ? matmul(g, x, true, trans_a) : matmul(x, g, !trans_a, false);
-      c.set(1, sum_to(db, w.shape()));
-    }
+    const auto x2 = fold ? reshape(x, {-1, x.dim(-1)}) : x,
+               g2 = fold ? reshape(g, {-1, g.dim(-1)}) : g;
+    c.set(1, sum_to(product(grad_b_product(x2, g2, trans_a, trans_b), 1), w.shape()));
   }
+}
+
+// The matmul op over its product op(a) op(b), computed by the caller.
+template <class T, class B>
+Var<T, B> record_matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a, bool trans_b,
+                        Tensor<T, B> product) {
+  return record("matmul", {a, b}, std::move(product), [trans_a, trans_b](Backward<T, B>& c) {
+    matmul_backward(c, c.grad(), trans_a, trans_b);
+  });
 }
 
 }  // namespace detail
@@ -43,10 +89,8 @@ void matmul_backward(Backward<T, B>& c, const Var<T, B>& g, bool trans_a, bool t
 // C = op(A) op(B), op a transpose of the last two axes when asked.
 template <class T, class B>
 Var<T, B> matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a, bool trans_b) {
-  return record("matmul", {a, b}, raw::matmul(a.value(), b.value(), trans_a, trans_b),
-                [trans_a, trans_b](Backward<T, B>& c) {
-                  detail::matmul_backward(c, c.grad(), trans_a, trans_b);
-                });
+  return detail::record_matmul(a, b, trans_a, trans_b,
+                               raw::matmul(a.value(), b.value(), trans_a, trans_b));
 }
 
 }  // namespace platipus

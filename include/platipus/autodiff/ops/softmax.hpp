@@ -84,11 +84,8 @@ Var<T, B> record_cross_entropy(const Var<T, B>& logits, raw::CrossEntropy<T, B> 
         const auto p = c.output(1), gp = c.grad(1);
         const auto u = c.uniform_grad(0);
         if (!GradMode::enabled()) {  // nothing records: one call, the bits of the ops below
-          // Read in place where it repeats over the rows along at most two
-          // runs of axes (a per-task mean's), else expanded.
-          Var<T, B> gl = u ? Var<T, B>() : c.broadcast_grad(0);
-          if (gl.defined() && !raw::repetition_over(gl.shape(), c.output(0).shape()))
-            gl = c.grad(0);
+          // A broadcast losses' gradient (a per-task mean's) is read in place.
+          const Var<T, B> gl = u ? Var<T, B>() : c.broadcast_grad(0);
           c.set(0, c.tape().constant(raw::cross_entropy_backward(
                        p.value(), c.input(1).value(), gl.defined() ? &gl.value() : nullptr, u,
                        gp.defined() ? &gp.value() : nullptr)));

@@ -392,6 +392,10 @@ struct cpu {
     if (!detail::cpu_small_gemm::small_gemm(g, a, b, c)) eigen_gemm(g, a, b, c);
   }
   template <class T>
+  static void gemms(const GemmsLayout<T>& l) {
+    for (int i = 0; i < l.count; ++i) gemm(l.gemm[i], l.a[i], l.b[i], l.c[i]);
+  }
+  template <class T>
   static void linear(const LinearLayout<T>& l, const T* a, const T* b, const T* bias, T* c) {
     detail::linear_in_parts<cpu>(l, a, b, bias, c);
   }

@@ -489,6 +489,48 @@ __global__ void foreach_copy_kernel(CopiesLayout<T> l) {
   }
 }
 
+// GemmsLayout's products by 16 x 16 tiles of C, a tile a block: blocks
+// first[p] to first[p + 1] - 1 are product p's, batch entry by batch entry,
+// each tile's rows and columns in row-major order. op(A) and op(B) pass
+// through shared memory a 16-wide slab of k at a time.
+constexpr int gemm_tile = 16;
+
+template <class T>
+struct GemmTiles {
+  std::int64_t first[GemmsLayout<T>::capacity + 1] = {};
+};
+
+template <class T>
+__global__ void gemms_kernel(GemmsLayout<T> l, GemmTiles<T> tiles) {
+  __shared__ T op_a[gemm_tile][gemm_tile + 1], op_b[gemm_tile][gemm_tile + 1];
+  const std::int64_t block = blockIdx.x;
+  int p = 0;
+  while (p + 1 < l.count && block >= tiles.first[p + 1]) ++p;
+  const GemmLayout<T>& g = l.gemm[p];
+  const std::int64_t columns = (g.n + gemm_tile - 1) / gemm_tile,
+                     rows = (g.m + gemm_tile - 1) / gemm_tile;
+  const std::int64_t t = block - tiles.first[p], entry = t / (rows * columns);
+  const std::int64_t row = (t / columns) % rows * gemm_tile + threadIdx.y,
+                     column = t % columns * gemm_tile + threadIdx.x;
+  const T* a = l.a[p] + entry * g.stride_a;
+  const T* b = l.b[p] + entry * g.stride_b;
+  T sum = T(0);
+  for (std::int64_t k0 = 0; k0 < g.k; k0 += gemm_tile) {
+    const std::int64_t ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
+    op_a[threadIdx.y][threadIdx.x] =
+        row < g.m && ka < g.k ? (g.trans_a ? a[ka * g.m + row] : a[row * g.k + ka]) : T(0);
+    op_b[threadIdx.y][threadIdx.x] =
+        kb < g.k && column < g.n ? (g.trans_b ? b[column * g.k + kb] : b[kb * g.n + column]) : T(0);
+    __syncthreads();
+    for (int k = 0; k < gemm_tile; ++k) sum += op_a[threadIdx.y][k] * op_b[k][threadIdx.x];
+    __syncthreads();
+  }
+  if (row < g.m && column < g.n) {  // beta 0 never reads C (it may be unset)
+    T& c = l.c[p][entry * g.stride_c + row * g.n + column];
+    c = g.beta == T(0) ? g.alpha * sum : g.alpha * sum + g.beta * c;
+  }
+}
+
 // The [outer, axis, inner] position in the larger tensor of element i of the
 // [outer, count, inner] one.
 __device__ inline std::int64_t indexed_position(std::int64_t i, const std::int64_t* index,
@@ -986,6 +1028,33 @@ void cuda::foreach_strided_copy(const CopiesLayout<T>& l) {
   else
     cuda_kernels::launch_foreach("cuda::foreach_strided_copy", l,
                                  cuda_kernels::foreach_copy_kernel<T, std::int64_t>, l);
+}
+
+// Each product small enough that a tile a block beats a cuBLAS launch per
+// product: at most 2^22 multiply-adds (MAML's and PLATIPUS's networks, conv4's
+// output layer).
+template <class T>
+void cuda::gemms(const GemmsLayout<T>& l) {
+  constexpr std::int64_t small = std::int64_t{1} << 22;
+  cuda_kernels::GemmTiles<T> tiles;
+  bool all_small = true;
+  for (int p = 0; p < l.count; ++p) {
+    const GemmLayout<T>& g = l.gemm[p];
+    all_small = all_small && g.m * g.n * g.k * g.batch <= small;
+    tiles.first[p + 1] =
+        tiles.first[p] + (g.m + cuda_kernels::gemm_tile - 1) / cuda_kernels::gemm_tile *
+                             ((g.n + cuda_kernels::gemm_tile - 1) / cuda_kernels::gemm_tile) *
+                             g.batch;
+  }
+  if (!all_small) {
+    for (int p = 0; p < l.count; ++p) gemm(l.gemm[p], l.a[p], l.b[p], l.c[p]);
+    return;
+  }
+  if (tiles.first[l.count] == 0) return;
+  const dim3 block(cuda_kernels::gemm_tile, cuda_kernels::gemm_tile);
+  cuda_kernels::gemms_kernel<T>
+      <<<static_cast<unsigned>(tiles.first[l.count]), block, 0, cudaStreamPerThread>>>(l, tiles);
+  detail::check_cuda(cudaGetLastError(), "cuda::gemms");
 }
 
 template <class T>
