@@ -560,20 +560,22 @@ TEMPLATE_TEST_CASE(
     "large",
     "[cuda][backend]", float, double) {
   using T = TestType;
-  // Products of 17 x 33 tiles' edges (partial tiles), every transpose, a
-  // shared matrix, alpha and beta; then one over the one-kernel limit.
-  for (const std::int64_t k : {std::int64_t{19}, std::int64_t{40}, std::int64_t{4096}})
+  // Products of 17 x 33 (partial tiles), every transpose, k across a tile's
+  // edge, on it and over the one-kernel limit: the first a batch against a
+  // shared matrix at beta 0 (over NaN on the device: C is not read), the
+  // second a shared matrix against a batch at alpha 0.5, beta 2.
+  for (const std::int64_t k : {std::int64_t{19}, std::int64_t{32}, std::int64_t{4096}})
     for (bool trans_a : {false, true})
       for (bool trans_b : {false, true}) {
         INFO("k " << k << " trans_a " << trans_a << " trans_b " << trans_b);
-        const std::int64_t m = 17, n = 33, batch = k > 1000 ? 8 : 3;
+        const std::int64_t m = 17, n = 33;
         GemmsLayout<T> l{.count = 2};
         l.gemm[0] = {.trans_a = trans_a,
                      .trans_b = trans_b,
                      .m = m,
                      .n = n,
                      .k = k,
-                     .batch = batch,
+                     .batch = 3,
                      .stride_a = m * k,
                      .stride_b = 0,
                      .stride_c = m * n};
@@ -582,16 +584,19 @@ TEMPLATE_TEST_CASE(
                      .m = n,
                      .n = m,
                      .k = k,
-                     .batch = 1,
-                     .stride_c = m * n,
+                     .batch = 2,
+                     .stride_a = 0,
+                     .stride_b = k * m,
+                     .stride_c = n * m,
                      .alpha = T(0.5),
                      .beta = T(2)};
-        const Tensor<T> a0 = normal<T>({batch, m * k}, 20), b0 = normal<T>({k * n}, 21),
-                        a1 = normal<T>({n * k}, 22), b1 = normal<T>({k * m}, 23);
-        Tensor<T> c0 = normal<T>({batch, m * n}, 24), c1 = normal<T>({n * m}, 25);
+        const Tensor<T> a0 = normal<T>({3, m * k}, 20), b0 = normal<T>({k * n}, 21),
+                        a1 = normal<T>({n * k}, 22), b1 = normal<T>({2, k * m}, 23);
+        Tensor<T> c0 = normal<T>({3, m * n}, 24), c1 = normal<T>({2, n * m}, 25);
+        auto dc0 = Tensor<T, cuda>::full(c0.shape(), std::numeric_limits<T>::quiet_NaN()),
+             dc1 = on_device(c1);
         const auto da0 = on_device(a0), db0 = on_device(b0), da1 = on_device(a1),
                    db1 = on_device(b1);
-        auto dc0 = on_device(c0), dc1 = on_device(c1);
         GemmsLayout<T> dl = l;
         l.a = {a0.data(), a1.data()}, l.b = {b0.data(), b1.data()}, l.c = {c0.data(), c1.data()};
         dl.a = {da0.data(), da1.data()}, dl.b = {db0.data(), db1.data()};

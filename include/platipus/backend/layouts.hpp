@@ -81,9 +81,9 @@ struct GemmLayout {
 };
 
 // Independent products in one call, C_i = op(A_i) op(B_i) (each GemmLayout
-// with its own batch, strides, alpha and beta): the two gradients of a
-// product that a rule takes where nothing records, one kernel on a device
-// where two were (issue 38).
+// with its own batch, strides, alpha and beta): a product's two gradients,
+// wherever both factors need one, one kernel on a device where two were
+// (issue 38).
 template <class T>
 struct GemmsLayout {
   static constexpr int capacity = 2;

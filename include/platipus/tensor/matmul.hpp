@@ -103,28 +103,32 @@ struct Factors {
   bool trans_a = false, trans_b = false;
 };
 
-// Two products in one backend call (GemmsLayout), with the bits of two
-// matmul calls: a product's two gradients where nothing records. Products
-// whose batch axes are mixed broadcasts take a matmul call each.
+// Two products in one backend call (GemmsLayout): a product's two
+// gradients, wherever both factors need one. On the CPU, the bits of two
+// matmul calls (the same two GEMMs); on CUDA, small products sum in the
+// tile kernel's order (cuda::gemms). Products whose batch axes are mixed
+// broadcasts take a matmul call each.
 template <class T, class B>
 std::array<Tensor<T, B>, 2> matmul_pair(const Factors<T, B>& first, const Factors<T, B>& second) {
-  const auto product = [](const Factors<T, B>& f) {
-    return Tensor<T, B>(matmul_shape(f.a.shape(), f.b.shape(), f.trans_a, f.trans_b));
-  };
-  std::array<Tensor<T, B>, 2> c{product(first), product(second)};
-  GemmsLayout<T> l;
+  const std::array<const Factors<T, B>*, 2> factors{&first, &second};
+  std::array<Shape, 2> shapes;
+  std::array<std::optional<GemmLayout<T>>, 2> layouts;
   for (int i = 0; i < 2; ++i) {
-    const Factors<T, B>& f = i == 0 ? first : second;
-    std::optional<GemmLayout<T>> g =
-        detail::gemm_layout(f.a, f.b, c[i].shape(), f.trans_a, f.trans_b);
-    if (!g)
+    const Factors<T, B>& f = *factors[i];
+    shapes[i] = matmul_shape(f.a.shape(), f.b.shape(), f.trans_a, f.trans_b);
+    layouts[i] = detail::gemm_layout(f.a, f.b, shapes[i], f.trans_a, f.trans_b);
+    if (!layouts[i])
       return {matmul(first.a, first.b, first.trans_a, first.trans_b),
               matmul(second.a, second.b, second.trans_a, second.trans_b)};
+  }
+  std::array<Tensor<T, B>, 2> c{Tensor<T, B>(shapes[0]), Tensor<T, B>(shapes[1])};
+  GemmsLayout<T> l;
+  for (int i = 0; i < 2; ++i) {
     if (c[i].numel() == 0) continue;
-    detail::merge_row_blocks(*g);
-    l.gemm[l.count] = *g;
-    l.a[l.count] = f.a.data();
-    l.b[l.count] = f.b.data();
+    detail::merge_row_blocks(*layouts[i]);
+    l.gemm[l.count] = *layouts[i];
+    l.a[l.count] = factors[i]->a.data();
+    l.b[l.count] = factors[i]->b.data();
     l.c[l.count++] = c[i].data();
   }
   if (l.count > 0) B::gemms(l);

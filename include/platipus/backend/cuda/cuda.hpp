@@ -119,8 +119,8 @@ struct cuda {
   // ---- GEMM ----
   template <class T>
   static void gemm(const GemmLayout<T>& g, const T* a, const T* b, T* c);
-  // One kernel of 16 x 16 tiles for every product where each is small (a
-  // graph node where cuBLAS took one a product), else cuBLAS for each.
+  // One kernel of 16 x 16 tiles for every product where each is small (one
+  // graph node where cuBLAS took one per product), else cuBLAS for each.
   template <class T>
   static void gemms(const GemmsLayout<T>& l);
   // One cuBLASLt call with a bias (and ReLU) epilogue, or the three calls of

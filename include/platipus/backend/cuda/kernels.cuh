@@ -1032,15 +1032,20 @@ void cuda::foreach_strided_copy(const CopiesLayout<T>& l) {
 
 // Each product small enough that a tile a block beats a cuBLAS launch per
 // product: at most 2^22 multiply-adds (MAML's and PLATIPUS's networks, conv4's
-// output layer).
+// output layer), k at most 1024 (a block sums k in sequence, where cuBLAS
+// would split a long one).
 template <class T>
 void cuda::gemms(const GemmsLayout<T>& l) {
-  constexpr std::int64_t small = std::int64_t{1} << 22;
+  constexpr double small = 1 << 22;
   cuda_kernels::GemmTiles<T> tiles;
   bool all_small = true;
   for (int p = 0; p < l.count; ++p) {
     const GemmLayout<T>& g = l.gemm[p];
-    all_small = all_small && g.m * g.n * g.k * g.batch <= small;
+    all_small = all_small && g.k <= 1024 &&
+                static_cast<double>(g.m) * static_cast<double>(g.n) *
+                        static_cast<double>(std::max<std::int64_t>(g.k, 1)) *
+                        static_cast<double>(g.batch) <=
+                    small;
     tiles.first[p + 1] =
         tiles.first[p] + (g.m + cuda_kernels::gemm_tile - 1) / cuda_kernels::gemm_tile *
                              ((g.n + cuda_kernels::gemm_tile - 1) / cuda_kernels::gemm_tile) *
