@@ -575,9 +575,116 @@ TEST_CASE(
 
   // The raw call against two matmul calls, an empty product among them.
   const auto a = normal({2, 4, 3}, 433), b = normal({3, 5}, 434), empty = normal({0, 4}, 435);
-  const auto [first, second] = raw::matmul_pair<double, cpu>({a, b}, {empty, a, false, false});
-  CHECK(bits(first) == bits(raw::matmul(a, b)));
-  CHECK(second.shape() == Shape{2, 0, 3});
+  const std::array<raw::Factors<double, cpu>, 2> factors{raw::Factors<double, cpu>{a, b},
+                                                         raw::Factors<double, cpu>{empty, a}};
+  const auto products = raw::matmul_gradients<double, cpu>(factors).products;
+  CHECK(bits(products[0]) == bits(raw::matmul(a, b)));
+  CHECK(products[1].shape() == Shape{2, 0, 3});
+}
+
+TEST_CASE(
+    "a linear layer's product and bias gradients are one gemms call, recorded as matmul and "
+    "sum_to ops where the sweep records, with the bits of the separate calls",
+    "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  using CountedVar = Var<double, counted>;
+  struct Calls {
+    std::uint64_t gemms, gemm, reduce_sums;
+  };
+  struct Layer {
+    Shape x, w, b;
+    Calls with_x, without_x;  // the sweep's calls where x needs a gradient, and where not
+  };
+  // A layer shared by the tasks, a layer per task (the inner loop's), one
+  // output unit per task, a batch of one (its weight's gradient summed), one
+  // point per task (the bias's gradient is g itself: one product alone is a
+  // matmul call), and batch axes broadcast both ways that the bias does not
+  // group (x's gradient two matmul calls, the bias's a sum_to call).
+  for (const Layer& layer : {Layer{{3, 4, 2}, {2, 5}, {5}, {1, 0, 0}, {1, 0, 0}},
+                             Layer{{3, 4, 2}, {3, 2, 5}, {3, 5}, {1, 0, 0}, {1, 0, 0}},
+                             Layer{{3, 4, 2}, {3, 2, 1}, {3, 1}, {1, 0, 0}, {1, 0, 0}},
+                             Layer{{3, 4, 2}, {1, 2, 5}, {1, 5}, {1, 0, 1}, {1, 0, 1}},
+                             Layer{{3, 1, 2}, {3, 2, 5}, {3, 5}, {1, 0, 0}, {0, 1, 0}},
+                             Layer{{2, 3, 4, 2}, {3, 2, 5}, {3, 5}, {0, 2, 2}, {1, 0, 2}}})
+    for (const bool x_needs : {true, false})
+      for (const Activation activation : {Activation::none, Activation::tanh}) {
+        CAPTURE(layer.x, layer.w, x_needs, activation == Activation::none);
+        const auto x0 = normal(layer.x, 440), w0 = normal(layer.w, 441), b0 = normal(layer.b, 442);
+        const Shape out = raw::matmul_shape(x0.shape(), w0.shape(), false, false);
+        const auto r0 = normal(out, 443);
+        std::vector<std::uint64_t> results[2];
+        Tensor<double> routed;  // the gradient reaching the product, g
+        for (const bool create_graph : {false, true}) {
+          Tape<double, counted> tape;
+          const CountedVar x =
+              x_needs ? tape.variable(x0.to<counted>()) : tape.constant(x0.to<counted>());
+          const std::array<CountedVar, 2> params{tape.variable(w0.to<counted>()),
+                                                 tape.variable(b0.to<counted>())};
+          const CountedVar h = linear(x, params[0], params[1], activation);
+          const CountedVar r = tape.constant(r0.to<counted>());
+          const CountedVar y = sum(mul(h, r));
+          {
+            GradModeGuard off(false);  // the rule's own ops, unrecorded
+            routed = activation_backward(activation, r, h).value().to<cpu>();
+          }
+          std::vector<CountedVar> inputs;
+          if (x_needs) inputs.push_back(x);
+          inputs.insert(inputs.end(), params.begin(), params.end());
+          counted::reset();
+          const auto g =
+              grad(y, std::span<const CountedVar>(inputs), {.create_graph = create_graph});
+          KernelCalls calls = counted::calls();
+          const Calls& expected = x_needs ? layer.with_x : layer.without_x;
+          CHECK(calls["gemms"] == expected.gemms);
+          CHECK(calls["gemm"] == expected.gemm);
+          CHECK(calls["reduce sum"] == expected.reduce_sums);
+          for (const auto& gi : g)
+            for (const auto b : bits(gi.value())) results[create_graph].push_back(b);
+        }
+        CHECK(results[0] == results[1]);
+        // The rule's formulas as separate calls: dx = g w^T, dw = x^T g with a
+        // shared weight's rows folded, db = g's rows summed.
+        const bool fold = w0.rank() == 2 && x0.rank() > 2;
+        const auto rows = [fold](const Tensor<double>& t) {
+          return Tensor<double>::view(t,
+                                      fold ? Shape{t.numel() / t.dim(-1), t.dim(-1)} : t.shape());
+        };
+        Shape row = b0.shape().take_front(b0.rank() - 1);
+        row.push_back(1);
+        row.push_back(b0.dim(-1));
+        std::vector<std::uint64_t> expected;
+        if (x_needs)
+          for (const auto b : bits(raw::sum_to(raw::matmul(routed, w0, false, true), x0.shape())))
+            expected.push_back(b);
+        for (const auto b :
+             bits(raw::sum_to(raw::matmul(rows(x0), rows(routed), true, false), w0.shape())))
+          expected.push_back(b);
+        for (const auto b : bits(raw::sum_to(routed, row))) expected.push_back(b);
+        CHECK(results[0] == expected);
+      }
+}
+
+TEST_CASE("matmul_gradients' row sums have sum_to's bits, signed zeros included", "[raw]") {
+  // Rows of -0 sum to +0 as reduce's do (its sums start from +0); a bias [n]
+  // sums every row of every task, one per task its task's rows.
+  const auto w = normal({3, 5}, 450), a = normal({6, 4, 3}, 451);
+  std::vector<double> zeros(6 * 4 * 5, -0.0);
+  for (std::size_t i = 0; i < zeros.size(); i += 3) zeros[i] = normal({1}, 452 + i).to_vector()[0];
+  const auto g = Tensor<double>::from_host({6, 4, 5}, zeros);
+  for (const Shape& to : {Shape{1, 5}, Shape{6, 1, 5}, Shape{1, 1, 5}}) {
+    CAPTURE(to);
+    const std::array<raw::Factors<double, cpu>, 1> factors{raw::Factors<double, cpu>{a, w}};
+    const auto [products, sums] =
+        raw::matmul_gradients<double, cpu>(factors, raw::RowSums<double, cpu>{g, to});
+    CHECK(bits(products[0]) == bits(raw::matmul(a, w)));
+    CHECK(sums.shape() == to);
+    CHECK(bits(sums) == bits(raw::sum_to(g, to)));
+  }
+  // A shape g does not broadcast from, an empty batch axis among them, is
+  // sum_to's error.
+  for (const Shape& to : {Shape{4, 1, 5}, Shape{0, 1, 5}})
+    CHECK_THROWS_WITH((raw::matmul_gradients<double, cpu>({}, raw::RowSums<double, cpu>{g, to})),
+                      Contains("sum_to"));
 }
 
 TEST_CASE(

@@ -556,14 +556,19 @@ TEMPLATE_TEST_CASE("GEMM matches the CPU backend for every transpose, batch stri
 }
 
 TEMPLATE_TEST_CASE(
-    "gemms matches the CPU backend for two products in one kernel, and by cuBLAS where one is "
-    "large",
+    "gemms matches the CPU backend for two products and a bias's row sums in one kernel, and by "
+    "cuBLAS where one is large",
     "[cuda][backend]", float, double) {
   using T = TestType;
   // Products of 17 x 33 (partial tiles), every transpose, k across a tile's
   // edge, on it and over the one-kernel limit: the first a batch against a
   // shared matrix at beta 0 (over NaN on the device: C is not read), the
-  // second a shared matrix against a batch at alpha 0.5, beta 2.
+  // second a shared matrix against a batch at alpha 0.5, beta 2. The row
+  // sums (3 x 300 elements: three blocks and part of a fourth) are the CPU's
+  // bits, summed in the same order, written over NaN.
+  const BiasLayout bias{.batch = 3, .rows = 5, .n = 300};
+  const Tensor<T> rows = normal<T>({3, 5 * 300}, 26);
+  const auto d_rows = on_device(rows);
   for (const std::int64_t k : {std::int64_t{19}, std::int64_t{32}, std::int64_t{4096}})
     for (bool trans_a : {false, true})
       for (bool trans_b : {false, true}) {
@@ -601,12 +606,24 @@ TEMPLATE_TEST_CASE(
         l.a = {a0.data(), a1.data()}, l.b = {b0.data(), b1.data()}, l.c = {c0.data(), c1.data()};
         dl.a = {da0.data(), da1.data()}, dl.b = {db0.data(), db1.data()};
         dl.c = {dc0.data(), dc1.data()};
+        Tensor<T> sums({3, 300});
+        auto d_sums = Tensor<T, cuda>::full(sums.shape(), std::numeric_limits<T>::quiet_NaN());
+        l.bias = dl.bias = bias;
+        l.rows = rows.data(), l.sums = sums.data();
+        dl.rows = d_rows.data(), dl.sums = d_sums.data();
         cpu::gemms(l);
         cuda::gemms(dl);
         const T scale = static_cast<T>(std::sqrt(static_cast<double>(k)));
         check_close(c0, dc0, tolerance<T> * scale, "first product");
         check_close(c1, dc1, tolerance<T> * scale, "second product");
+        CHECK(d_sums.to_vector() == sums.to_vector());
       }
+  // Row sums alone: a layer whose product's factors need no gradient.
+  Tensor<T> sums({3, 300});
+  auto d_sums = Tensor<T, cuda>::full(sums.shape(), std::numeric_limits<T>::quiet_NaN());
+  cpu::gemms(GemmsLayout<T>{.bias = bias, .rows = rows.data(), .sums = sums.data()});
+  cuda::gemms(GemmsLayout<T>{.bias = bias, .rows = d_rows.data(), .sums = d_sums.data()});
+  CHECK(d_sums.to_vector() == sums.to_vector());
 }
 
 TEMPLATE_TEST_CASE("Philox fills give the CPU backend's numbers for the same seed",

@@ -80,10 +80,19 @@ struct GemmLayout {
   std::int64_t c_extent() const { return (batch - 1) * stride_c + m * n; }
 };
 
+// A linear layer's bias gradient [batch, n] from the gradient g [batch,
+// rows, n] of its output: g's rows summed, each in row order from 0 (the
+// bits of reduce's sum_to). relu_bias_backward first routes g by the
+// layer's output (relu_backward) and sums the routed rows.
+struct BiasLayout {
+  std::int64_t batch = 0, rows = 0, n = 0;
+};
+
 // Independent products in one call, C_i = op(A_i) op(B_i) (each GemmLayout
-// with its own batch, strides, alpha and beta): a product's two gradients,
-// wherever both factors need one, one kernel on a device where two were
-// (issue 38).
+// with its own batch, strides, alpha and beta), and where `sums` is set, the
+// rows of `rows` summed into it (BiasLayout): a product's two gradients, or
+// a linear layer's product and bias gradients, those needed, one kernel on a
+// device where two or three were (issue 38).
 template <class T>
 struct GemmsLayout {
   static constexpr int capacity = 2;
@@ -91,6 +100,9 @@ struct GemmsLayout {
   std::array<GemmLayout<T>, capacity> gemm{};
   std::array<const T*, capacity> a{}, b{};
   std::array<T*, capacity> c{};
+  BiasLayout bias{};
+  const T* rows = nullptr;
+  T* sums = nullptr;
 };
 
 // A linear layer's forward in one call: C[b] = activation(op(A[b]) op(B[b]) +
@@ -104,14 +116,6 @@ struct LinearLayout {
   GemmLayout<T> gemm;
   std::int64_t stride_bias = 0;
   UnaryOp activation = UnaryOp::copy;
-};
-
-// A linear layer's gradient g [batch, rows, n] before its ReLU, routed by
-// the layer's output (relu_backward), and the bias's gradient [batch, n]:
-// the routed rows' sums, each in row order from 0 (the bits of
-// relu_backward followed by reduce).
-struct BiasLayout {
-  std::int64_t batch = 0, rows = 0, n = 0;
 };
 
 // One Adam step (Kingma & Ba, 2015), applied in place to a parameter p, its

@@ -5,9 +5,11 @@
 
 #include <array>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "platipus/tensor/layout.hpp"
+#include "platipus/tensor/reduce.hpp"
 #include "platipus/tensor/tensor.hpp"
 
 namespace platipus::raw {
@@ -95,7 +97,7 @@ Tensor<T, B> matmul(const Tensor<T, B>& a, const Tensor<T, B>& b, bool trans_a =
   return c;
 }
 
-// The factors of a product op(a) op(b), for matmul_pair.
+// The factors of a product op(a) op(b), for matmul_gradients.
 template <class T, class B>
 struct Factors {
   const Tensor<T, B>& a;
@@ -103,36 +105,87 @@ struct Factors {
   bool trans_a = false, trans_b = false;
 };
 
-// Two products in one backend call (GemmsLayout): a product's two
-// gradients, wherever both factors need one. On the CPU, the bits of two
-// matmul calls (the same two GEMMs); on CUDA, small products sum in the
-// tile kernel's order (cuda::gemms). Products whose batch axes are mixed
-// broadcasts take a matmul call each.
+// g's rows summed down to `to` = [batch..., 1, n], a linear layer's bias
+// gradient (sum_to(g, to)), for matmul_gradients.
 template <class T, class B>
-std::array<Tensor<T, B>, 2> matmul_pair(const Factors<T, B>& first, const Factors<T, B>& second) {
-  const std::array<const Factors<T, B>*, 2> factors{&first, &second};
+struct RowSums {
+  const Tensor<T, B>& g;
+  const Shape& to;
+};
+
+// What matmul_gradients computes: the products, in the order given, and the
+// row sums where asked for.
+template <class T, class B>
+struct MatmulGradients {
+  std::array<Tensor<T, B>, 2> products;
+  Tensor<T, B> sums;
+};
+
+namespace detail {
+// The bias gradient [batch..., n] as g's [batch, rows, n] rows summed:
+// nothing where g's rows are not grouped by the batch axes (a bias [n] sums
+// all rows, one [batch..., n] needs g [batch..., N, n]).
+inline std::optional<BiasLayout> bias_layout(const Shape& g, const Shape& batch, std::int64_t n) {
+  if (g.numel() == 0 || batch.numel() == 0 || g.dim(-1) != n ||
+      (batch.numel() > 1 && (g.rank() != batch.rank() + 2 || g.take_front(batch.rank()) != batch)))
+    return std::nullopt;
+  return BiasLayout{.batch = batch.numel(), .rows = g.numel() / (batch.numel() * n), .n = n};
+}
+}  // namespace detail
+
+// Up to two products and the row sums asked for, in one backend call
+// (GemmsLayout): a product's two gradients, or a linear layer's product and
+// bias gradients, those needed (issue 38). On the CPU, the bits of matmul
+// and sum_to calls (the same GEMMs, reduce's order); on CUDA, small products
+// sum in the tile kernel's order (cuda::gemms). Products whose batch axes
+// are mixed broadcasts take a matmul call each, row sums not grouped by the
+// bias's batch axes a sum_to call.
+template <class T, class B>
+MatmulGradients<T, B> matmul_gradients(std::span<const Factors<T, B>> products,
+                                       std::optional<RowSums<T, B>> sums = std::nullopt) {
+  check(products.size() <= GemmsLayout<T>::capacity, "matmul_gradients",
+        "{} products, at most {} in a call", products.size(), GemmsLayout<T>::capacity);
   std::array<Shape, 2> shapes;
   std::array<std::optional<GemmLayout<T>>, 2> layouts;
-  for (int i = 0; i < 2; ++i) {
-    const Factors<T, B>& f = *factors[i];
+  bool one_call = true;
+  for (std::size_t i = 0; i < products.size(); ++i) {
+    const Factors<T, B>& f = products[i];
     shapes[i] = matmul_shape(f.a.shape(), f.b.shape(), f.trans_a, f.trans_b);
     layouts[i] = detail::gemm_layout(f.a, f.b, shapes[i], f.trans_a, f.trans_b);
-    if (!layouts[i])
-      return {matmul(first.a, first.b, first.trans_a, first.trans_b),
-              matmul(second.a, second.b, second.trans_a, second.trans_b)};
+    one_call = one_call && layouts[i].has_value();
   }
-  std::array<Tensor<T, B>, 2> c{Tensor<T, B>(shapes[0]), Tensor<T, B>(shapes[1])};
+  MatmulGradients<T, B> out;
   GemmsLayout<T> l;
-  for (int i = 0; i < 2; ++i) {
-    if (c[i].numel() == 0) continue;
+  for (std::size_t i = 0; i < products.size(); ++i) {
+    const Factors<T, B>& f = products[i];
+    if (!one_call) {
+      out.products[i] = matmul(f.a, f.b, f.trans_a, f.trans_b);
+      continue;
+    }
+    out.products[i] = Tensor<T, B>(shapes[i]);
+    if (out.products[i].numel() == 0) continue;
     detail::merge_row_blocks(*layouts[i]);
     l.gemm[l.count] = *layouts[i];
-    l.a[l.count] = factors[i]->a.data();
-    l.b[l.count] = factors[i]->b.data();
-    l.c[l.count++] = c[i].data();
+    l.a[l.count] = f.a.data();
+    l.b[l.count] = f.b.data();
+    l.c[l.count++] = out.products[i].data();
   }
-  if (l.count > 0) B::gemms(l);
-  return c;
+  if (sums) {
+    const Shape& to = sums->to;
+    std::optional<BiasLayout> bias;
+    if (to.rank() >= 2 && to.dim(-2) == 1 && sums->g.rank() >= to.rank())
+      bias = detail::bias_layout(sums->g.shape(), to.take_front(to.rank() - 2), to.dim(-1));
+    if (bias) {
+      out.sums = Tensor<T, B>(to);
+      l.bias = *bias;
+      l.rows = sums->g.data();
+      l.sums = out.sums.data();
+    } else {
+      out.sums = sum_to(sums->g, to);
+    }
+  }
+  if (l.count > 0 || l.sums) B::gemms(l);
+  return out;
 }
 
 // activation(x W + b) as one backend call (LinearLayout): x [..., N, in],
@@ -171,15 +224,11 @@ std::optional<std::pair<Tensor<T, B>, Tensor<T, B>>> relu_bias_backward(const Te
                                                                         const Shape& bias) {
   check(g.shape() == y.shape(), "relu_bias_backward", "gradient {} for an output {}", g.shape(),
         y.shape());
-  const std::int64_t n = bias.dim(-1);
-  const Shape batch = bias.take_front(bias.rank() - 1);
-  if (g.numel() == 0 || g.dim(-1) != n ||
-      (batch.numel() > 1 &&
-       (g.rank() != bias.rank() + 1 || g.shape().take_front(batch.rank()) != batch)))
-    return std::nullopt;
-  const BiasLayout l{.batch = batch.numel(), .rows = g.numel() / (batch.numel() * n), .n = n};
+  const std::optional<BiasLayout> l =
+      detail::bias_layout(g.shape(), bias.take_front(bias.rank() - 1), bias.dim(-1));
+  if (!l) return std::nullopt;
   std::pair<Tensor<T, B>, Tensor<T, B>> d{Tensor<T, B>(g.shape()), Tensor<T, B>(bias)};
-  B::relu_bias_backward(l, g.data(), y.data(), d.first.data(), d.second.data());
+  B::relu_bias_backward(*l, g.data(), y.data(), d.first.data(), d.second.data());
   return d;
 }
 

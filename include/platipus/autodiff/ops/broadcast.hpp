@@ -36,14 +36,13 @@ Var<T, B> expand(const Var<T, B>& x, const Shape& shape) {
       [](Backward<T, B>& c) { c.set(0, sum_to(c.grad(), c.input(0).shape())); }, saves_nothing);
 }
 
-// Sums x down to `shape`, which must broadcast to x's shape: the gradient of
-// a broadcast. x itself when the shapes agree. Its rule gives the gradient
-// unexpanded (detail::unexpanded).
+namespace detail {
+// The sum_to op of x over its sum, computed by the caller. Its rule gives
+// the gradient unexpanded (detail::unexpanded).
 template <class T, class B>
-Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
-  if (x.shape() == shape) return x;
+Var<T, B> record_sum_to(const Var<T, B>& x, Tensor<T, B> sum) {
   return record(
-      "sum_to", {x}, raw::sum_to(x.value(), shape),
+      "sum_to", {x}, std::move(sum),
       [](Backward<T, B>& c) {
         if (const auto u = c.uniform_grad()) {
           c.set_uniform(0, *u);
@@ -53,6 +52,15 @@ Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
         }
       },
       saves_nothing);
+}
+}  // namespace detail
+
+// Sums x down to `shape`, which must broadcast to x's shape: the gradient of
+// a broadcast. x itself when the shapes agree.
+template <class T, class B>
+Var<T, B> sum_to(const Var<T, B>& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  return detail::record_sum_to(x, raw::sum_to(x.value(), shape));
 }
 
 }  // namespace platipus

@@ -19,14 +19,7 @@ namespace detail {
 // The gradients of x w + b (inputs 0, 1, 2 of a node) given its gradient g.
 template <class T, class B>
 void linear_backward(Backward<T, B>& c, const Var<T, B>& g) {
-  matmul_backward(c, g, false, false);
-  if (c.needs(2)) {
-    const auto& b = c.input(2);
-    Shape row = b.shape().take_front(b.rank() - 1);
-    row.push_back(1);
-    row.push_back(b.dim(-1));
-    c.set(2, reshape(sum_to(g, row), b.shape()));
-  }
+  matmul_backward(c, g, false, false, /*bias=*/true);
 }
 
 }  // namespace detail

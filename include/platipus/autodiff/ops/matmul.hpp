@@ -44,15 +44,25 @@ ProductOf<V> grad_b_product(const V& a, const V& g, bool trans_a, bool trans_b) 
   return trans_b ? ProductOf<V>{&g, &a, true, trans_a} : ProductOf<V>{&a, &g, !trans_a, false};
 }
 
-// Where both gradients are needed, both products are one backend call
-// (raw::matmul_pair), then recorded as the two matmul ops the rule would
-// have made, in the same order (issue 38).
+// Where more than one gradient is needed (a product's two, or with
+// `bias`, a linear layer's product and bias gradients: input 2, g's rows
+// summed), they are one backend call (raw::matmul_gradients), then recorded
+// as the ops the rule would have made, in the same order (issue 38).
 template <class T, class B>
-void matmul_backward(Backward<T, B>& c, const Var<T, B>& g, bool trans_a, bool trans_b) {
+void matmul_backward(Backward<T, B>& c, const Var<T, B>& g, bool trans_a, bool trans_b,
+                     bool bias = false) {
   const auto x = c.input(0), w = c.input(1);
   const bool fold = w.rank() == 2 && x.rank() > 2 && !trans_a;
-  std::optional<std::array<Tensor<T, B>, 2>> both;
-  if (c.needs(0) && c.needs(1)) {
+  Shape row;  // the bias's shape with its rows' axis: [batch..., 1, n]
+  if (bias && c.needs(2)) {
+    const Shape& b = c.input(2).shape();
+    row = b.take_front(b.rank() - 1);
+    row.push_back(1);
+    row.push_back(b.dim(-1));
+  }
+  const bool sums = bias && c.needs(2) && g.shape() != row;
+  std::optional<raw::MatmulGradients<T, B>> computed;
+  if (int(c.needs(0)) + int(c.needs(1)) + int(sums) >= 2) {
     const auto rows = [fold](const Tensor<T, B>& t) {
       return fold ? Tensor<T, B>::view(t, {t.shape().take_front(t.rank() - 1).numel(), t.dim(-1)})
                   : Tensor<T, B>::view(t, t.shape());
@@ -60,19 +70,30 @@ void matmul_backward(Backward<T, B>& c, const Var<T, B>& g, bool trans_a, bool t
     const Tensor<T, B> x2 = rows(x.value()), g2 = rows(g.value());
     const auto pa = grad_a_product(g.value(), w.value(), trans_a, trans_b),
                pb = grad_b_product(x2, g2, trans_a, trans_b);
-    both = raw::matmul_pair<T, B>({*pa.a, *pa.b, pa.trans_a, pa.trans_b},
-                                  {*pb.a, *pb.b, pb.trans_a, pb.trans_b});
+    std::array<raw::Factors<T, B>, 2> factors{
+        raw::Factors<T, B>{*pa.a, *pa.b, pa.trans_a, pa.trans_b},
+        raw::Factors<T, B>{*pb.a, *pb.b, pb.trans_a, pb.trans_b}};
+    const std::size_t first = c.needs(0) ? 0 : 1, count = int(c.needs(0)) + int(c.needs(1));
+    computed = raw::matmul_gradients<T, B>(
+        std::span<const raw::Factors<T, B>>(factors.data() + first, count),
+        sums ? std::optional<raw::RowSums<T, B>>({g.value(), row}) : std::nullopt);
   }
-  const auto product = [&](const ProductOf<Var<T, B>>& p, int k) {
-    return both ? record_matmul(*p.a, *p.b, p.trans_a, p.trans_b, std::move((*both)[k]))
-                : matmul(*p.a, *p.b, p.trans_a, p.trans_b);
+  std::size_t next = 0;
+  const auto product = [&](const ProductOf<Var<T, B>>& p) {
+    return computed ? record_matmul(*p.a, *p.b, p.trans_a, p.trans_b,
+                                    std::move(computed->products[next++]))
+                    : matmul(*p.a, *p.b, p.trans_a, p.trans_b);
   };
-  if (c.needs(0)) c.set(0, sum_to(product(grad_a_product(g, w, trans_a, trans_b), 0), x.shape()));
+  if (c.needs(0)) c.set(0, sum_to(product(grad_a_product(g, w, trans_a, trans_b)), x.shape()));
   if (c.needs(1)) {
     const auto x2 = fold ? reshape(x, {-1, x.dim(-1)}) : x,
                g2 = fold ? reshape(g, {-1, g.dim(-1)}) : g;
-    c.set(1, sum_to(product(grad_b_product(x2, g2, trans_a, trans_b), 1), w.shape()));
+    c.set(1, sum_to(product(grad_b_product(x2, g2, trans_a, trans_b)), w.shape()));
   }
+  if (bias && c.needs(2))
+    c.set(2,
+          reshape(computed && sums ? record_sum_to(g, std::move(computed->sums)) : sum_to(g, row),
+                  c.input(2).shape()));
 }
 
 // The matmul op over its product op(a) op(b), computed by the caller.

@@ -394,6 +394,14 @@ struct cpu {
   template <class T>
   static void gemms(const GemmsLayout<T>& l) {
     for (int i = 0; i < l.count; ++i) gemm(l.gemm[i], l.a[i], l.b[i], l.c[i]);
+    if (!l.sums) return;
+    const T* g = l.rows;
+    T* db = l.sums;
+    for (std::int64_t k = 0; k < l.bias.batch; ++k, db += l.bias.n) {
+      std::fill_n(db, l.bias.n, T(0));  // reduce_loop's order: rows from 0
+      for (std::int64_t r = 0; r < l.bias.rows; ++r, g += l.bias.n)
+        for (std::int64_t i = 0; i < l.bias.n; ++i) db[i] = db[i] + g[i];
+    }
   }
   template <class T>
   static void linear(const LinearLayout<T>& l, const T* a, const T* b, const T* bias, T* c) {

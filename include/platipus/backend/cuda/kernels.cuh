@@ -500,10 +500,23 @@ struct GemmTiles {
   std::int64_t first[GemmsLayout<T>::capacity + 1] = {};
 };
 
+// Blocks after the products' tiles sum the rows of l.rows, a thread per
+// bias element down its column from row 0 (the CPU's order).
 template <class T>
 __global__ void gemms_kernel(GemmsLayout<T> l, GemmTiles<T> tiles) {
   __shared__ T op_a[gemm_tile][gemm_tile + 1], op_b[gemm_tile][gemm_tile + 1];
   const std::int64_t block = blockIdx.x;
+  if (block >= tiles.first[l.count]) {
+    const std::int64_t o = (block - tiles.first[l.count]) * gemm_tile * gemm_tile +
+                           threadIdx.y * gemm_tile + threadIdx.x;
+    if (o >= l.bias.batch * l.bias.n) return;
+    const std::int64_t k = o / l.bias.n, i = o % l.bias.n;
+    T sum = T(0);
+    for (std::int64_t r = 0; r < l.bias.rows; ++r)
+      sum = sum + l.rows[(k * l.bias.rows + r) * l.bias.n + i];
+    l.sums[o] = sum;
+    return;
+  }
   int p = 0;
   while (p + 1 < l.count && block >= tiles.first[p + 1]) ++p;
   const GemmLayout<T>& g = l.gemm[p];
@@ -1033,7 +1046,10 @@ void cuda::foreach_strided_copy(const CopiesLayout<T>& l) {
 // Each product small enough that a tile a block beats a cuBLAS launch per
 // product: at most 2^22 multiply-adds (MAML's and PLATIPUS's networks, conv4's
 // output layer), k at most 1024 (a block sums k in sequence, where cuBLAS
-// would split a long one).
+// would split a long one). Row sums take blocks after the tiles, and a
+// kernel of their own after cuBLAS's products: a thread down each column,
+// as relu_bias_backward's, for the CPU's bits (a bias's rows are a batch's
+// points, not a long reduction).
 template <class T>
 void cuda::gemms(const GemmsLayout<T>& l) {
   constexpr double small = 1 << 22;
@@ -1051,14 +1067,19 @@ void cuda::gemms(const GemmsLayout<T>& l) {
                              ((g.n + cuda_kernels::gemm_tile - 1) / cuda_kernels::gemm_tile) *
                              g.batch;
   }
+  GemmsLayout<T> launched = l;
   if (!all_small) {
     for (int p = 0; p < l.count; ++p) gemm(l.gemm[p], l.a[p], l.b[p], l.c[p]);
-    return;
+    launched.count = 0;
+    tiles = {};
   }
-  if (tiles.first[l.count] == 0) return;
+  constexpr std::int64_t per_block = cuda_kernels::gemm_tile * cuda_kernels::gemm_tile;
+  const std::int64_t blocks = tiles.first[launched.count] +
+                              (l.sums ? (l.bias.batch * l.bias.n + per_block - 1) / per_block : 0);
+  if (blocks == 0) return;
   const dim3 block(cuda_kernels::gemm_tile, cuda_kernels::gemm_tile);
   cuda_kernels::gemms_kernel<T>
-      <<<static_cast<unsigned>(tiles.first[l.count]), block, 0, cudaStreamPerThread>>>(l, tiles);
+      <<<static_cast<unsigned>(blocks), block, 0, cudaStreamPerThread>>>(launched, tiles);
   detail::check_cuda(cudaGetLastError(), "cuda::gemms");
 }
 
