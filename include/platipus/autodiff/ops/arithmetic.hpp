@@ -39,6 +39,17 @@ bool set_uniform_sum_to(Backward<T, B>& c, std::size_t i, bool negated) {
     set_sum_to(c, i, c.grad(), negated);
   return true;
 }
+
+// Input 0's gradient where the output is s times it (scale's, and ops that
+// are s times something of their input's): s times the output's gradient,
+// on the host where that is known there.
+template <class T, class B>
+void set_scaled(Backward<T, B>& c, T s) {
+  if (const auto u = c.uniform_grad())
+    c.set_uniform(0, *u * s);
+  else
+    c.set(0, scale(c.broadcast_grad(), s));
+}
 }  // namespace detail
 
 template <class T, class B>
@@ -58,13 +69,7 @@ template <class T, class B>
 Var<T, B> scale(const Var<T, B>& x, T s) {
   return record(
       "scale", {x}, raw::map(UnaryOp::scale, x.value(), s),
-      [s](Backward<T, B>& c) {
-        if (const auto u = c.uniform_grad())
-          c.set_uniform(0, *u * s);
-        else
-          c.set(0, scale(c.broadcast_grad(), s));
-      },
-      saves_nothing);
+      [s](Backward<T, B>& c) { detail::set_scaled(c, s); }, saves_nothing);
 }
 
 template <class T, class B>

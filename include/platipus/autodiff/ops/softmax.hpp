@@ -60,13 +60,7 @@ Var<T, B> uniform_cross_entropy_gradient(const Var<T, B>& p, const Var<T, B>& y,
   return record(
       "cross_entropy_backward", {p},
       raw::cross_entropy_backward(p.value(), y.value(), nullptr, u, nullptr),
-      [u](Backward<T, B>& c) {
-        if (const auto v = c.uniform_grad())
-          c.set_uniform(0, *v * u);
-        else
-          c.set(0, scale(c.grad(), u));
-      },
-      saves_nothing);
+      [u](Backward<T, B>& c) { detail::set_scaled(c, u); }, saves_nothing);
 }
 
 // The cross-entropy op over raw::cross_entropy's results, y the target rows
