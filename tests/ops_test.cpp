@@ -847,6 +847,70 @@ TEST_CASE("add_n adds its summands in order, with the bits of a chain of adds", 
                     Contains("add_n") && Contains("shapes [4, 33] and [4, 32] do not broadcast"));
 }
 
+TEST_CASE("add_n routes its sum as relu_backward would, with its bits, where given a route",
+          "[ops]") {
+  Generator gen(81);
+  const auto a = raw::normal<double>({4, 3}, gen), b = raw::normal<double>({4, 1}, gen),
+             route = raw::normal<double>({4, 3}, gen);
+  const std::vector<const Tensor<double>*> x{&a, &b, &a};
+  const std::array<bool, 3> negate{false, true, false};
+  const auto sum = raw::add_n(std::span<const Tensor<double>* const>(x), std::span(negate));
+  const auto routed =
+      raw::add_n(std::span<const Tensor<double>* const>(x), std::span(negate), &route);
+  CHECK(bits(routed) == bits(raw::map(BinaryOp::relu_backward, sum, route, "relu_backward")));
+  const auto narrow = raw::normal<double>({4, 1}, gen);
+  CHECK_THROWS_WITH(
+      raw::add_n(std::span<const Tensor<double>* const>(x), std::span(negate), &narrow),
+      Contains("add_n") && Contains("route [4, 1] for a sum [4, 3]"));
+}
+
+TEST_CASE(
+    "a ReLU's gradient in parts is added and routed by one add_n call in a sweep that records "
+    "nothing, with the bits of add_n and relu_backward",
+    "[ops][grad]") {
+  using counted = CountingBackend<cpu>;
+  const auto x0 = normal({3, 4, 5}, 460), a0 = normal({3, 4, 5}, 461), b0 = normal({3, 4, 5}, 462),
+             w0 = normal({3, 1, 5}, 463);
+  // relu's and relu_backward's nodes, their outputs read two, three and four
+  // ways (four: three added, then the sum and the fourth routed), one part
+  // negated (neg's) and one a broadcast gradient [3, 1, 5]; and h's own
+  // gradient asked for too, where the sweep must leave h's parts alone.
+  const auto build = [&]<class Backend>(Tape<double, Backend>& tape, bool backward_op, int ways) {
+    const Var<double, Backend> x = tape.variable(x0.to<Backend>()),
+                               a = tape.constant(a0.to<Backend>()),
+                               b = tape.constant(b0.to<Backend>()),
+                               w = tape.constant(w0.to<Backend>());
+    const Var<double, Backend> h = backward_op ? relu_backward(x, a) : relu(x);
+    Var<double, Backend> y = add(sum(mul(h, a)), sum(mul(neg(h), b)));
+    if (ways >= 3) y = add(y, sum(mul(sum_to(h, {3, 1, 5}), w)));
+    if (ways >= 4) y = add(y, sum(square(h)));
+    return std::array<Var<double, Backend>, 3>{x, h, y};
+  };
+  for (const bool backward_op : {false, true})
+    for (const int ways : {2, 3, 4})
+      for (const bool h_wanted : {false, true}) {
+        CAPTURE(backward_op, ways, h_wanted);
+        std::vector<std::uint64_t> results[2];
+        for (const bool create_graph : {false, true}) {
+          Tape<double, counted> tape;
+          const auto [x, h, y] = build(tape, backward_op, ways);
+          counted::reset();
+          const auto g = h_wanted ? grad(y, {x, h}, {.create_graph = create_graph})
+                                  : grad(y, {x}, {.create_graph = create_graph});
+          KernelCalls calls = counted::calls();
+          const bool routed = !create_graph && !h_wanted;
+          CHECK(calls["binary relu_backward"] == (routed ? 0u : 1u));
+          if (!create_graph) CHECK(calls["add_n"] == (ways == 4 ? 2u : 1u));
+          results[create_graph] = bits(g[0].value());
+        }
+        CHECK(results[0] == results[1]);
+        // The CPU backend, which adds each gradient as it comes and runs the rule.
+        Tape<double, cpu> tape;
+        const auto [x, h, y] = build(tape, backward_op, ways);
+        CHECK(results[0] == bits(grad(y, {x})[0].value()));
+      }
+}
+
 TEST_CASE(
     "add_n adds summands that repeat along up to two runs of axes, with a broadcasting "
     "add's bits",

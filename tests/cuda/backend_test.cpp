@@ -136,6 +136,14 @@ TEMPLATE_TEST_CASE("add_n matches the CPU backend bit for bit, repeated and nega
       const auto device =
           raw::add_n(std::span<const Tensor<T, cuda>* const>(x_d), std::span(negate));
       CHECK(device.template to<cpu>().to_vector() == host.to_vector());
+      // Routed by a ReLU's output (add_n's route): relu_backward's bits.
+      const Tensor<T> route = normal<T>(host.shape(), 23);
+      const Tensor<T, cuda> route_d = on_device(route);
+      const auto routed_host =
+          raw::add_n(std::span<const Tensor<T>* const>(x), std::span(negate), &route);
+      const auto routed_device =
+          raw::add_n(std::span<const Tensor<T, cuda>* const>(x_d), std::span(negate), &route_d);
+      CHECK(routed_device.template to<cpu>().to_vector() == routed_host.to_vector());
     }
 }
 

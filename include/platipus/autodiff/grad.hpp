@@ -161,12 +161,14 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     // repeat along at most two runs of axes.
     static_assert(B::gradients_per_add >= 2 && B::gradients_per_add <= SummandsLayout<T>::capacity);
     const int fold_at = options.create_graph ? 2 : B::gradients_per_add;
-    // One of several outputs (a foreach op's piece) holds a full set until
-    // one more comes, so that a set read first is added with its op's others
-    // (fold_outputs), where the backend adds more than two in a call (on the
-    // CPU, adding two at a time, waiting would hold memory for a loop of
-    // add_n); any other value adds a set as it fills. A recording sweep adds
-    // each as it comes: the tape's order either way.
+    // One of several outputs (a foreach op's piece), or the output of a node
+    // that routes its gradient (Node::routed_by), holds a full set until one
+    // more comes, so that a set read first is added with its op's others
+    // (fold_outputs) or routed in the same call (route), where the backend
+    // adds more than two in a call (on the CPU, adding two at a time, waiting
+    // would hold memory for a loop of add_n); any other value adds a set as
+    // it fills. A recording sweep adds each as it comes: the tape's order
+    // either way.
     const bool pieces_wait = !options.create_graph && B::gradients_per_add > 2;
     using Values = std::array<const Tensor<T, B>*, SummandsLayout<T>::capacity>;
     auto values_of = [](const Summands& p, Values& values) {
@@ -241,7 +243,8 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
         if (auto* h = held(filled)) ++*h;
         p.parts[static_cast<std::size_t>(p.count++)] = std::move(filled);
       }
-      const bool piece = pieces_wait && v->producer != nullptr && v->producer->outputs.size() > 1;
+      const bool piece = pieces_wait && v->producer != nullptr &&
+                         (v->producer->outputs.size() > 1 || v->producer->routed_by.has_value());
       if (piece && p.count == fold_at) fold(p);
       if (auto* h = held(g)) ++*h;
       p.negated[static_cast<std::size_t>(p.count)] = negated;
@@ -269,6 +272,33 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       return {p.count ? p.parts[0] : Var<T, B>(), p.count && p.negated[0], std::nullopt};
     };
     std::vector<char> wanted(span, 0);  // slots read after the sweep
+    // A node that routes its gradient (Node::routed_by) whose gradient is
+    // still parts, in a sweep that records nothing: input 0's gradient is
+    // their sum routed by add_n in one call, where add_n and relu_backward
+    // were two, with their bits (issue 38). False where it does not apply,
+    // and the rule runs.
+    auto route = [&](const detail::Node<T, B>& node) {
+      if (!node.routed_by || options.create_graph) return false;
+      const Value* out = node.outputs[0];
+      const Value* in = node.inputs[0];
+      Summands& p = grads[slot(out)];
+      if (p.count < 2 || wanted[slot(out)] || !in->requires_grad || !in_range(in) ||
+          !reaches[slot(in)])
+        return false;
+      const Tensor<T, B>& by = node.inputs[*node.routed_by]->data;
+      if (in->data.shape() != by.shape()) return false;  // a broadcast g: the rule's error
+      Values values{};
+      const auto summands = values_of(p, values);
+      if (!raw::add_n_takes(summands)) return false;
+      Shape sum = summands[0]->shape();
+      for (const auto* s : summands) sum = broadcast_shapes(sum, s->shape(), "grad");
+      if (sum != by.shape()) return false;
+      Var<T, B> routed = tape.constant(raw::add_n(summands, negated_of(p), &by));
+      for (int k = 0; k < p.count; ++k) let_go(p.parts[static_cast<std::size_t>(k)]);
+      p = Summands{};
+      accumulate(in, std::move(routed), false);
+      return true;
+    };
     for (const auto& x : inputs)
       if (x.requires_grad() && in_range(x.record())) wanted[slot(x.record())] = 1;
     for (std::size_t k = 0; k < outputs.size(); ++k) {
@@ -290,6 +320,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       out_uniform.clear();
       bool any_grad = false;
       fold_outputs(*node);
+      if (route(*node)) continue;
       for (const Value* v : node->outputs) {
         auto [g, g_negated, uniform] = gradient(v);
         any_grad = any_grad || g.defined() || uniform;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -57,6 +58,10 @@ struct Node {
   const char* name = "";
   std::span<Value<T, B>*> inputs;
   std::span<Value<T, B>*> outputs;
+  // Where set, the rule gives input 0 the output's gradient where input
+  // routed_by is > 0 and 0 elsewhere (relu_backward), and nothing else, so
+  // that a sweep may add the gradient's parts and route them in one call.
+  std::optional<std::uint32_t> routed_by;
   virtual void backward(Backward<T, B>& context) = 0;
   virtual ~Node() = default;
 };

@@ -298,6 +298,9 @@ struct CrossEntropyGradLayout {
 // included). x[k] may repeat over y (repetition[k]), as a broadcasting add
 // would repeat it: a bias's gradient [tasks, 1, n] beside [tasks, points, n]
 // ones, a per-channel one [tasks, 1, c, 1, 1] beside [tasks, n, c, h, w].
+// Where `route` is set (n elements), y[i] is the sum where route[i] > 0 and
+// 0 elsewhere, relu_backward's formula (op_codes.hpp) applied in the same
+// call: a ReLU's gradient from its parts (autodiff/grad.hpp).
 template <class T>
 struct SummandsLayout {
   static constexpr int capacity = 3;
@@ -307,6 +310,7 @@ struct SummandsLayout {
   std::array<Repetition, capacity> repetition{};
   T* y = nullptr;
   std::int64_t n = 0;
+  const T* route = nullptr;
 };
 
 // Up to `capacity` add_n sums by one call (one kernel on a device), sum i by

@@ -374,11 +374,18 @@ SummandsLayout<T> summands_layout(std::span<const Tensor<T, B>* const> x,
 // SummandsLayout's capacity of summands), of the summands' broadcast shape:
 // x[k] enters negated where negate[k] (none when negate is empty), with the
 // bits of negating it first, and repeated where it broadcasts along at most
-// two runs of axes, with the bits of a broadcasting add.
+// two runs of axes, with the bits of a broadcasting add. Given `route` (of
+// the sum's shape), the sum where route > 0 and 0 elsewhere, with the bits
+// of relu_backward(sum, route) in the same call.
 template <class T, class B>
-Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool> negate = {}) {
+Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool> negate = {},
+                   const Tensor<T, B>* route = nullptr) {
   Tensor<T, B> y;
-  const auto l = detail::summands_layout(x, negate, y, "add_n");
+  auto l = detail::summands_layout(x, negate, y, "add_n");
+  if (route) {
+    check(route->shape() == y.shape(), "add_n", "route {} for a sum {}", route->shape(), y.shape());
+    l.route = route->data();
+  }
   if (y.numel() > 0) B::add_n(l);
   return y;
 }

@@ -5,25 +5,40 @@
 
 namespace platipus {
 
+namespace detail {
+// y, its node marked as one whose rule routes the gradient by input `by`
+// (Node::routed_by): where that gradient arrives in parts, a sweep that
+// records nothing adds and routes them in one add_n call (issue 38).
+template <class T, class B>
+Var<T, B> routed_by(Var<T, B> y, std::uint32_t by) {
+  if (auto* node = y.record()->producer) node->routed_by = by;
+  return y;
+}
+}  // namespace detail
+
 // g where x > 0, else 0: relu's backward as one op (PyTorch's
 // threshold_backward). It is linear in g and has zero derivative in x almost
 // everywhere, so its own rule is itself again and the set closes.
 template <class T, class B>
 Var<T, B> relu_backward(const Var<T, B>& g, const Var<T, B>& x) {
-  return record(
-      "relu_backward", {g, x},
-      raw::map(BinaryOp::relu_backward, g.value(), x.value(), "relu_backward"),
-      [](Backward<T, B>& c) {
-        if (c.needs(0)) c.set(0, relu_backward(c.grad(), c.input(1)));
-      },
-      Saved{.inputs = 0b10, .outputs = false});
+  return detail::routed_by(
+      record(
+          "relu_backward", {g, x},
+          raw::map(BinaryOp::relu_backward, g.value(), x.value(), "relu_backward"),
+          [](Backward<T, B>& c) {
+            if (c.needs(0)) c.set(0, relu_backward(c.grad(), c.input(1)));
+          },
+          Saved{.inputs = 0b10, .outputs = false}),
+      1);
 }
 
 template <class T, class B>
 Var<T, B> relu(const Var<T, B>& x) {
-  return record(
-      "relu", {x}, raw::map(UnaryOp::relu, x.value()),
-      [](Backward<T, B>& c) { c.set(0, relu_backward(c.grad(), c.input(0))); }, saves_inputs);
+  return detail::routed_by(
+      record(
+          "relu", {x}, raw::map(UnaryOp::relu, x.value()),
+          [](Backward<T, B>& c) { c.set(0, relu_backward(c.grad(), c.input(0))); }, saves_inputs),
+      0);
 }
 
 // The activations a layer applies (nn::Sequential, and linear's fused form

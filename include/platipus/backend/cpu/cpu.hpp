@@ -145,6 +145,8 @@ struct cpu {
       sum = l.y;
     }
     for (; k < static_cast<std::size_t>(l.count); ++k, sum = l.y) add_summand(l, k, sum);
+    if (l.route)
+      for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = functors::relu_backward{}(l.y[i], l.route[i]);
   }
   template <class T>
   static void foreach_add_n(const SumsLayout<T>& l) {

@@ -128,7 +128,9 @@ __device__ T add_summands(const SummandsLayout<T>& l, std::int64_t i) {
 
 template <class T>
 __global__ void add_n_kernel(SummandsLayout<T> l) {
-  for (std::int64_t i = thread_index(); i < l.n; i += thread_count()) l.y[i] = add_summands(l, i);
+  for (std::int64_t i = thread_index(); i < l.n; i += thread_count())
+    l.y[i] =
+        l.route ? functors::relu_backward{}(add_summands(l, i), l.route[i]) : add_summands(l, i);
 }
 
 // blockIdx.y picks the sum, as in the foreach kernels. The layout is passed
