@@ -353,12 +353,20 @@ TEMPLATE_TEST_CASE("sum, max and mean reductions match the CPU backend, a slice 
                    "[cuda][backend]", float, double) {
   using T = TestType;
   // Kept axes inside, outside and between reduced ones; short and long
-  // reductions (a warp or a block per output); a full reduction.
-  const std::vector<std::pair<Shape, Shape>> cases{
-      {{3, 4, 5}, {3, 1, 5}}, {{3, 4, 5}, {}},     {{3, 4, 5}, {4, 1}},
-      {{6, 1, 4}, {6, 1, 1}}, {{3, 5000}, {3, 1}}, {{5000, 3}, {1, 3}},
-      {{3000, 4}, {3000, 1}}, {{1}, {}},           {{2, 3, 4, 5, 6}, {3, 1, 5, 1}},
-      {{70000}, {}}};
+  // reductions (a warp or a wide block per output); a full reduction; a
+  // convolution bias's gradient (per task and channel over images and
+  // pixels: a wide block each, two reduced runs).
+  const std::vector<std::pair<Shape, Shape>> cases{{{3, 4, 5}, {3, 1, 5}},
+                                                   {{3, 4, 5}, {}},
+                                                   {{3, 4, 5}, {4, 1}},
+                                                   {{6, 1, 4}, {6, 1, 1}},
+                                                   {{3, 5000}, {3, 1}},
+                                                   {{5000, 3}, {1, 3}},
+                                                   {{3000, 4}, {3000, 1}},
+                                                   {{1}, {}},
+                                                   {{2, 3, 4, 5, 6}, {3, 1, 5, 1}},
+                                                   {{70000}, {}},
+                                                   {{2, 5, 3, 40, 40}, {2, 1, 3, 1, 1}}};
   for (const auto op : {ReduceOp::sum, ReduceOp::max, ReduceOp::mean})
     for (const auto& [in, out] : cases) {
       INFO(op_name(op) << " of " << in.to_string() << " to " << out.to_string());

@@ -22,6 +22,11 @@ namespace platipus::cuda_kernels {
 
 constexpr int block_threads = 256;
 constexpr int warp_threads = 32;
+// A block that one output fills alone (a long reduction's, a batch-norm
+// group's): large, because there may be few such outputs (conv4 on 4 tasks
+// x 32 filters: 128 sums of half a million elements, one block per SM), and
+// each SM then has one block's loads in flight.
+constexpr int wide_block_threads = 1024;
 // Several waves on an H100 or H200; larger inputs loop in the kernels.
 constexpr std::int64_t max_blocks = 4096;
 
@@ -311,23 +316,25 @@ __device__ T group_combine(T value, Combine combine) {
 }
 
 // out[o] = combine over the inputs of output o, times `factor` (1 but for a
-// mean: exact), by a group of Group threads per output. `combine(value,
-// acc)` is called in the CPU backend's order.
-template <int Group, class T, class Combine>
-__global__ void reduce_kernel(Combine combine, T identity, T factor, const T* x, T* y,
-                              ReducePlan p) {
-  constexpr int groups_per_block = block_threads / Group;
+// mean: exact), by a group of Group threads per output: a warp, or a whole
+// wide block. I as in offsets(). `combine(value, acc)` is called in the CPU
+// backend's order.
+template <int Group, class I, class T, class Combine>
+__global__ void __launch_bounds__(Group > block_threads ? Group : block_threads)
+    reduce_kernel(Combine combine, T identity, T factor, const T* x, T* y, ReducePlan p) {
+  constexpr int groups_per_block = (Group > block_threads ? Group : block_threads) / Group;
   const int member = static_cast<int>(threadIdx.x) % Group;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups_per_block;
-  for (std::int64_t o =
-           static_cast<std::int64_t>(blockIdx.x) * groups_per_block + threadIdx.x / Group;
-       o < p.outputs; o += stride) {
-    const Offsets<> base = offsets(o, p.kept_rank, p.kept_dims, p.kept_in, p.kept_out);
+  const I outputs = static_cast<I>(p.outputs), length = static_cast<I>(p.length);
+  const I stride = static_cast<I>(gridDim.x) * groups_per_block;
+  for (I o = static_cast<I>(blockIdx.x) * groups_per_block + static_cast<I>(threadIdx.x) / Group;
+       o < outputs; o += stride) {
+    const Offsets<I> base = offsets<I>(o, p.kept_rank, p.kept_dims, p.kept_in, p.kept_out);
     T acc = identity;
-    for (std::int64_t j = member; j < p.length; j += Group)
-      acc = combine(x[base.first +
-                      offsets(j, p.reduced_rank, p.reduced_dims, p.reduced_in, p.reduced_in).first],
-                    acc);
+    for (I j = member; j < length; j += Group)
+      acc = combine(
+          x[base.first +
+            offsets<I>(j, p.reduced_rank, p.reduced_dims, p.reduced_in, p.reduced_in).first],
+          acc);
     acc = group_combine<Group>(acc, combine);
     if (member == 0) y[base.second] = acc * factor;
   }
@@ -631,13 +638,9 @@ __global__ void max_pool_scatter_kernel(PoolLayout l, const T* g, const T* y,
     atomicAdd(dx + positions[out], pooled_gradient(l, g, y, out));
 }
 
-// Batch normalisation (NormLayout): a block of norm_threads per group,
-// looping over groups. Each thread sums its strided share in double, the
-// block combines in a fixed order (group_combine), so a run gives the same
-// bits every time. The blocks are large because there may be few groups
-// (conv4 on 4 tasks x 32 filters: 128 groups of half a million elements),
-// and each SM then has one block's loads in flight.
-constexpr int norm_threads = 1024;
+// Batch normalisation (NormLayout): a wide block per group, looping over
+// groups. Each thread sums its strided share in double, the block combines
+// in a fixed order (group_combine), so a run gives the same bits every time.
 
 // Element j of the group (o, ch): its n * inner elements lie in n runs of
 // `inner`, one per image, `c * inner` apart. I as in offsets().
@@ -654,7 +657,7 @@ struct NormGroup {
 // The block's total of `value`, in every thread.
 __device__ inline double block_total(double value) {
   __shared__ double total;
-  value = group_combine<norm_threads>(value, functors::add{});
+  value = group_combine<wide_block_threads>(value, functors::add{});
   if (threadIdx.x == 0) total = value;
   __syncthreads();
   const double result = total;
@@ -663,7 +666,7 @@ __device__ inline double block_total(double value) {
 }
 
 template <class T, class I>
-__global__ void __launch_bounds__(norm_threads)
+__global__ void __launch_bounds__(wide_block_threads)
     batch_norm_kernel(NormLayout l, const T* x, T epsilon, const T* scale, const T* shift, T* x_hat,
                       T* inv_std, T* y) {
   const I m = static_cast<I>(l.count());
@@ -693,7 +696,7 @@ __global__ void __launch_bounds__(norm_threads)
 // With g_x_hat and g_inv_std (or null), batch_norm's whole gradient
 // (cpu_normalization::backward).
 template <class T, class I>
-__global__ void __launch_bounds__(norm_threads)
+__global__ void __launch_bounds__(wide_block_threads)
     batch_norm_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std, const T* scale,
                                const T* g, const T* g_x_hat, const T* g_inv_std, T* dx, T* d_scale,
                                T* d_shift) {
@@ -735,7 +738,7 @@ __global__ void __launch_bounds__(norm_threads)
 
 // batch_norm_backward's own gradients (cpu_normalization::double_backward).
 template <class T, class I>
-__global__ void __launch_bounds__(norm_threads)
+__global__ void __launch_bounds__(wide_block_threads)
     batch_norm_double_backward_kernel(NormLayout l, const T* x_hat, const T* inv_std,
                                       const T* scale, const T* g, const T* sum_xg, const T* sum_g,
                                       const T* h, const T* k, const T* u, T* d_x_hat, T* d_inv_std,
@@ -1001,17 +1004,23 @@ template <class T>
 void cuda::reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l) {
   using namespace cuda_kernels;
   const ReducePlan p = plan_reduce(l);
-  // A warp per output element, or a whole block when few outputs each
-  // combine many inputs (a full sum, say).
+  // A warp per output element, or a wide block when few outputs each
+  // combine many inputs (a full sum, a convolution bias's gradient).
   const bool wide = p.length >= 4096 && p.outputs < 1024;
+  const bool narrow = fits_int32(l.in_numel, l.rank, l.dims, l.stride_in, l.stride_out);
   const auto run = [&](auto combine, T identity, T factor) {
     using Combine = decltype(combine);
-    if (wide)
-      launch("cuda::reduce", p.outputs * block_threads, reduce_kernel<block_threads, T, Combine>,
-             combine, identity, factor, x, y, p);
-    else
-      launch("cuda::reduce", p.outputs * warp_threads, reduce_kernel<warp_threads, T, Combine>,
-             combine, identity, factor, x, y, p);
+    const auto kernel = wide
+                            ? (narrow ? reduce_kernel<wide_block_threads, std::int32_t, T, Combine>
+                                      : reduce_kernel<wide_block_threads, std::int64_t, T, Combine>)
+                            : (narrow ? reduce_kernel<warp_threads, std::int32_t, T, Combine>
+                                      : reduce_kernel<warp_threads, std::int64_t, T, Combine>);
+    const int threads = wide ? wide_block_threads : block_threads;
+    const std::int64_t groups_per_block = threads / (wide ? wide_block_threads : warp_threads);
+    const auto blocks = static_cast<unsigned>(
+        std::min((p.outputs + groups_per_block - 1) / groups_per_block, max_blocks));
+    kernel<<<blocks, threads, 0, cudaStreamPerThread>>>(combine, identity, factor, x, y, p);
+    detail::check_cuda(cudaGetLastError(), "cuda::reduce");
   };
   if (op == ReduceOp::max)
     run(functors::max{}, -std::numeric_limits<T>::infinity(), T(1));
@@ -1150,7 +1159,7 @@ void cuda::max_pool2d_double_backward(const PoolLayout& l, const T* h, const T* 
 }
 
 namespace cuda_kernels {
-// A norm_threads block per group of `l` (up to the cap): `narrow`, the kernel
+// A wide block per group of `l` (up to the cap): `narrow`, the kernel
 // with 32-bit element offsets, where every offset fits, else `wide`.
 template <class... Params, class... Args>
 void launch_per_group(const char* name, const NormLayout& l, void (*narrow)(Params...),
@@ -1158,7 +1167,7 @@ void launch_per_group(const char* name, const NormLayout& l, void (*narrow)(Para
   if (l.numel() <= 0) return;
   const auto blocks = static_cast<unsigned>(std::min(l.groups(), max_blocks));
   const auto kernel = l.numel() <= std::numeric_limits<std::int32_t>::max() ? narrow : wide;
-  kernel<<<blocks, norm_threads, 0, cudaStreamPerThread>>>(l, args...);
+  kernel<<<blocks, wide_block_threads, 0, cudaStreamPerThread>>>(l, args...);
   detail::check_cuda(cudaGetLastError(), name);
 }
 }  // namespace cuda_kernels
