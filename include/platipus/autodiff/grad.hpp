@@ -290,9 +290,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       Values values{};
       const auto summands = values_of(p, values);
       if (!raw::add_n_takes(summands)) return false;
-      Shape sum = summands[0]->shape();
-      for (const auto* s : summands) sum = broadcast_shapes(sum, s->shape(), "grad");
-      if (sum != by.shape()) return false;
+      if (raw::add_n_shape(summands) != by.shape()) return false;
       Var<T, B> routed = tape.constant(raw::add_n(summands, negated_of(p), &by));
       for (int k = 0; k < p.count; ++k) let_go(p.parts[static_cast<std::size_t>(k)]);
       p = Summands{};

@@ -329,14 +329,22 @@ std::vector<Tensor<T, B>> foreach_sum_to(const std::vector<const Tensor<T, B>*>&
                             [copies](const PiecesLayout<T>& l) { B::foreach_sum_to(l, copies); });
 }
 
+// The shape of add_n's sum of x (one summand at least): their broadcast
+// shape; `op` names the caller where they do not broadcast.
+template <class T, class B>
+Shape add_n_shape(std::span<const Tensor<T, B>* const> x, const char* op = "add_n") {
+  Shape out = x[0]->shape();
+  for (std::size_t i = 1; i < x.size(); ++i) out = broadcast_shapes(out, x[i]->shape(), op);
+  return out;
+}
+
 // Whether add_n takes these summands, whose shapes broadcast: each of their
 // broadcast shape or repeating over it along at most two runs of axes
 // (repetition_over).
 template <class T, class B>
 bool add_n_takes(std::span<const Tensor<T, B>* const> x) {
   if (x.empty()) return false;
-  Shape out = x[0]->shape();
-  for (const auto* xi : x) out = broadcast_shapes(out, xi->shape(), "add_n");
+  const Shape out = add_n_shape(x);
   return std::ranges::all_of(
       x, [&](const auto* xi) { return repetition_over(xi->shape(), out).has_value(); });
 }
@@ -352,8 +360,7 @@ SummandsLayout<T> summands_layout(std::span<const Tensor<T, B>* const> x,
         capacity);
   check(negate.empty() || negate.size() == x.size(), op, "{} negate flags given for {} summands",
         negate.size(), x.size());
-  Shape out = x[0]->shape();
-  for (std::size_t i = 1; i < x.size(); ++i) out = broadcast_shapes(out, x[i]->shape(), op);
+  const Shape out = add_n_shape(x, op);
   y = Tensor<T, B>(out);
   SummandsLayout<T> l{.count = static_cast<int>(x.size()), .y = y.data(), .n = y.numel()};
   for (std::size_t i = 0; i < x.size(); ++i) {

@@ -396,14 +396,7 @@ struct cpu {
   template <class T>
   static void gemms(const GemmsLayout<T>& l) {
     for (int i = 0; i < l.count; ++i) gemm(l.gemm[i], l.a[i], l.b[i], l.c[i]);
-    if (!l.sums) return;
-    const T* g = l.rows;
-    T* db = l.sums;
-    for (std::int64_t k = 0; k < l.bias.batch; ++k, db += l.bias.n) {
-      std::fill_n(db, l.bias.n, T(0));  // reduce_loop's order: rows from 0
-      for (std::int64_t r = 0; r < l.bias.rows; ++r, g += l.bias.n)
-        for (std::int64_t i = 0; i < l.bias.n; ++i) db[i] = db[i] + g[i];
-    }
+    if (l.sums) sum_rows(l.bias, l.sums, [g = l.rows](std::int64_t at) { return g[at]; });
   }
   template <class T>
   static void linear(const LinearLayout<T>& l, const T* a, const T* b, const T* bias, T* c) {
@@ -411,14 +404,9 @@ struct cpu {
   }
   template <class T>
   static void relu_bias_backward(const BiasLayout& l, const T* g, const T* y, T* dx, T* db) {
-    for (std::int64_t k = 0; k < l.batch; ++k, db += l.n) {
-      std::fill_n(db, l.n, T(0));
-      for (std::int64_t r = 0; r < l.rows; ++r, g += l.n, y += l.n, dx += l.n)
-        for (std::int64_t i = 0; i < l.n; ++i) {
-          dx[i] = y[i] > T(0) ? g[i] : T(0);  // relu_backward's formula (op_codes.hpp)
-          db[i] = db[i] + dx[i];
-        }
-    }
+    sum_rows(l, db, [=](std::int64_t at) {
+      return dx[at] = y[at] > T(0) ? g[at] : T(0);  // relu_backward's formula (op_codes.hpp)
+    });
   }
   // Eigen's product for each matrix of the batch: the products small_gemm
   // does not take, and every product of a build without libxsmm.
@@ -713,6 +701,18 @@ struct cpu {
         for (std::int64_t i = 0; i < l.inner; ++i) dst[at + i] += source(from + i);
       }
     std::fill(dst + zeroed, dst + size, T(0));
+  }
+
+  // Each batch entry's rows of element(at), at the flat index of a
+  // [batch, rows, n] block, summed into its n elements of db from +0, rows
+  // in order: reduce_loop's order, so sum_to's bits.
+  template <class T, class Element>
+  static void sum_rows(const BiasLayout& l, T* db, Element element) {
+    for (std::int64_t k = 0, row = 0; k < l.batch; ++k, db += l.n) {
+      std::fill_n(db, l.n, T(0));
+      for (std::int64_t r = 0; r < l.rows; ++r, row += l.n)
+        for (std::int64_t i = 0; i < l.n; ++i) db[i] = db[i] + element(row + i);
+    }
   }
 
   template <class T, class Combine>

@@ -199,19 +199,23 @@ __global__ void foreach_unary_kernel(F f, PiecesLayout<T> l, T s) {
   for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) y[i] = f(x[i], s);
 }
 
+// Element o of a bias's gradient (BiasLayout: batch entry o / n, column
+// o % n): element(at), at the flat index of a [batch, rows, n] block, summed
+// down its column from +0, rows in order (the CPU's order).
+template <class T, class Element>
+__device__ T column_sum(const BiasLayout& l, std::int64_t o, Element element) {
+  const std::int64_t k = o / l.n, i = o % l.n;
+  T sum = T(0);
+  for (std::int64_t r = 0; r < l.rows; ++r) sum = sum + element((k * l.rows + r) * l.n + i);
+  return sum;
+}
+
 // A thread per bias gradient element, down its column of rows.
 template <class T>
 __global__ void relu_bias_backward_kernel(BiasLayout l, const T* g, const T* y, T* dx, T* db) {
-  for (std::int64_t o = thread_index(); o < l.batch * l.n; o += thread_count()) {
-    const std::int64_t k = o / l.n, i = o % l.n;
-    T sum = T(0);
-    for (std::int64_t r = 0; r < l.rows; ++r) {
-      const std::int64_t at = (k * l.rows + r) * l.n + i;
-      dx[at] = y[at] > T(0) ? g[at] : T(0);
-      sum = sum + dx[at];
-    }
-    db[o] = sum;
-  }
+  for (std::int64_t o = thread_index(); o < l.batch * l.n; o += thread_count())
+    db[o] =
+        column_sum<T>(l, o, [=](std::int64_t at) { return dx[at] = y[at] > T(0) ? g[at] : T(0); });
 }
 
 template <class T>
@@ -518,12 +522,8 @@ __global__ void gemms_kernel(GemmsLayout<T> l, GemmTiles<T> tiles) {
   if (block >= tiles.first[l.count]) {
     const std::int64_t o = (block - tiles.first[l.count]) * gemm_tile * gemm_tile +
                            threadIdx.y * gemm_tile + threadIdx.x;
-    if (o >= l.bias.batch * l.bias.n) return;
-    const std::int64_t k = o / l.bias.n, i = o % l.bias.n;
-    T sum = T(0);
-    for (std::int64_t r = 0; r < l.bias.rows; ++r)
-      sum = sum + l.rows[(k * l.bias.rows + r) * l.bias.n + i];
-    l.sums[o] = sum;
+    if (o < l.bias.batch * l.bias.n)
+      l.sums[o] = column_sum<T>(l.bias, o, [rows = l.rows](std::int64_t at) { return rows[at]; });
     return;
   }
   int p = 0;
