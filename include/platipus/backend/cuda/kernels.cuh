@@ -75,6 +75,12 @@ __device__ inline Offsets<I> offsets(I i, int rank, const Strides& dims, const S
   return o;
 }
 
+// The largest count or offset a kernel indexes with 32-bit integers: their
+// range less the longest stride of a loop over threads, so that a loop's
+// last step past the end does not overflow.
+constexpr std::int64_t int32_limit =
+    std::numeric_limits<std::int32_t>::max() - max_blocks * wide_block_threads;
+
 // Whether n elements and every offset a layout reaches fit 32-bit indices.
 inline bool fits_int32(std::int64_t n, int rank, const Strides& dims, const Strides& first,
                        const Strides& second) {
@@ -83,8 +89,7 @@ inline bool fits_int32(std::int64_t n, int rank, const Strides& dims, const Stri
     a += (dims[d] - 1) * first[d];
     b += (dims[d] - 1) * second[d];
   }
-  constexpr std::int64_t limit = std::numeric_limits<std::int32_t>::max();
-  return n <= limit && a <= limit && b <= limit;
+  return n <= int32_limit && a <= int32_limit && b <= int32_limit;
 }
 
 template <class T>
@@ -1003,6 +1008,7 @@ void cuda::select(const T* mask, const T* a, const T* b, T* y, std::int64_t n) {
 template <class T>
 void cuda::reduce(ReduceOp op, const T* x, T* y, const ReduceLayout& l) {
   using namespace cuda_kernels;
+  if (l.out_numel <= 0) return;
   const ReducePlan p = plan_reduce(l);
   // A warp per output element, or a wide block when few outputs each
   // combine many inputs (a full sum, a convolution bias's gradient).
@@ -1104,8 +1110,7 @@ template <class T>
 void detail::im2col(const ConvLayout& l, const T* x, T* col) {
   const std::int64_t total = l.groups * l.c * l.kernel * l.kernel * l.n * l.ho * l.wo;
   // 32-bit indices where the columns and the images fit them.
-  if (total <= std::numeric_limits<std::int32_t>::max() &&
-      l.x_numel() <= std::numeric_limits<std::int32_t>::max())
+  if (total <= cuda_kernels::int32_limit && l.x_numel() <= cuda_kernels::int32_limit)
     cuda_kernels::launch("cuda::conv2d (im2col)", total,
                          cuda_kernels::im2col_kernel<T, std::int32_t>, x, col, l,
                          static_cast<std::int32_t>(total));
@@ -1118,7 +1123,7 @@ template <class T>
 void detail::col2im(const ConvLayout& l, const T* col, T* dx) {
   const std::int64_t total = l.x_numel();
   const std::int64_t columns = l.groups * l.c * l.kernel * l.kernel * l.n * l.ho * l.wo;
-  if (columns <= std::numeric_limits<std::int32_t>::max())
+  if (columns <= cuda_kernels::int32_limit)
     cuda_kernels::launch("cuda::conv2d_input_grad (col2im)", total,
                          cuda_kernels::col2im_kernel<T, std::int32_t>, col, dx, l,
                          static_cast<std::int32_t>(total));
@@ -1166,7 +1171,7 @@ void launch_per_group(const char* name, const NormLayout& l, void (*narrow)(Para
                       void (*wide)(Params...), const Args&... args) {
   if (l.numel() <= 0) return;
   const auto blocks = static_cast<unsigned>(std::min(l.groups(), max_blocks));
-  const auto kernel = l.numel() <= std::numeric_limits<std::int32_t>::max() ? narrow : wide;
+  const auto kernel = l.numel() <= int32_limit ? narrow : wide;
   kernel<<<blocks, wide_block_threads, 0, cudaStreamPerThread>>>(l, args...);
   detail::check_cuda(cudaGetLastError(), name);
 }
