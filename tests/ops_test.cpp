@@ -712,13 +712,22 @@ TEST_CASE(
                                              tape.variable(w0.to<counted>()),
                                              tape.variable(b0.to<counted>())};
       const CountedVar h = linear(inputs[0], inputs[1], inputs[2], Activation::relu);
-      const CountedVar y = sum(mul(h, h));
+      // h's gradient one tensor (square's), then in two parts (mul's), which
+      // the rule adds in its call, or first where the rows are not grouped.
+      const CountedVar y = sum(square(h)), z = sum(mul(h, h));
       counted::reset();
       const auto g = grad(y, std::span<const CountedVar>(inputs), {.create_graph = create_graph});
       const KernelCalls calls = counted::calls();
       CHECK(calls["relu_bias_backward"] == (create_graph ? 0 : layer.fused));
       CHECK(calls["binary relu_backward"] == (create_graph ? 1 : 1 - layer.fused));
+      counted::reset();
+      const auto g2 = grad(z, std::span<const CountedVar>(inputs), {.create_graph = create_graph});
+      const KernelCalls calls2 = counted::calls();
+      CHECK(calls2["relu_bias_backward"] == 0);
+      CHECK(calls2["binary relu_backward"] == (create_graph ? 1 : 1 - layer.fused));
+      if (!create_graph) CHECK(calls2["add_n"] == 1);
       for (const auto& gi : g) results[create_graph].push_back(gi.value().to<cpu>().to_vector());
+      for (const auto& gi : g2) results[create_graph].push_back(gi.value().to<cpu>().to_vector());
     }
     CHECK(results[0] == results[1]);
   }
@@ -909,6 +918,81 @@ TEST_CASE(
         const auto [x, h, y] = build(tape, backward_op, ways);
         CHECK(results[0] == bits(grad(y, {x})[0].value()));
       }
+}
+
+TEST_CASE(
+    "a ReLU layer's gradient in parts is added, routed and summed for its bias by one add_n call "
+    "in a sweep that records nothing, with the bits of add_n and relu_bias_backward",
+    "[ops][grad]") {
+  Generator gen(83);
+  // Raw: the bits of add_n then relu_bias_backward; the shape error; nothing
+  // where the bias's batch does not group the rows.
+  const auto a = raw::normal<double>({3, 4, 5}, gen), b = raw::normal<double>({3, 1, 5}, gen),
+             y = raw::map(UnaryOp::relu, raw::normal<double>({3, 4, 5}, gen));
+  const std::vector<const Tensor<double>*> parts{&a, &b, &a};
+  const std::array<bool, 3> negate{false, true, false};
+  const auto summands = std::span<const Tensor<double>* const>(parts);
+  const auto fused = raw::relu_bias_backward(summands, std::span(negate), y, {3, 5});
+  const auto apart = raw::relu_bias_backward(raw::add_n(summands, std::span(negate)), y, {3, 5});
+  REQUIRE(fused);
+  REQUIRE(apart);
+  CHECK(bits(fused->first) == bits(apart->first));
+  CHECK(bits(fused->second) == bits(apart->second));
+  CHECK_FALSE(raw::relu_bias_backward(summands, std::span(negate), y, {4, 5}).has_value());
+  const auto narrow = raw::normal<double>({3, 4, 1}, gen);
+  CHECK_THROWS_WITH(
+      raw::relu_bias_backward(summands, std::span(negate), narrow, {3, 5}),
+      Contains("relu_bias_backward") && Contains("gradient [3, 4, 5] for an output [3, 4, 1]"));
+
+  // A hidden layer's output read two, three and four ways (as in the outer
+  // sweep of second-order MAML), one part negated and one broadcast; and h's
+  // own gradient asked for too, where the rule gets h's gradient summed.
+  using counted = CountingBackend<cpu>;
+  const auto x0 = normal({3, 4, 6}, 470), w0 = normal({3, 6, 5}, 471), b0 = normal({3, 5}, 472),
+             c0 = normal({3, 4, 5}, 473), d0 = normal({3, 4, 5}, 474), e0 = normal({3, 1, 5}, 475);
+  const auto build = [&]<class Backend>(Tape<double, Backend>& tape, int ways) {
+    const Var<double, Backend> x = tape.constant(x0.to<Backend>()),
+                               w = tape.variable(w0.to<Backend>()),
+                               bias = tape.variable(b0.to<Backend>()),
+                               c = tape.constant(c0.to<Backend>()),
+                               d = tape.constant(d0.to<Backend>()),
+                               e = tape.constant(e0.to<Backend>());
+    const Var<double, Backend> h = linear(x, w, bias, Activation::relu);
+    // ways 0: h read only through two sums over its rows, whose broadcast
+    // gradients the rule reads expanded (no parts offered).
+    Var<double, Backend> out =
+        ways == 0 ? add(sum(mul(sum_to(h, {3, 1, 5}), e)), sum(mul(sum_to(h, {3, 1, 5}), neg(e))))
+                  : add(sum(mul(h, c)), sum(mul(neg(h), d)));
+    if (ways >= 3) out = add(out, sum(mul(sum_to(h, {3, 1, 5}), e)));
+    if (ways >= 4) out = add(out, sum(square(h)));
+    return std::array<Var<double, Backend>, 4>{w, bias, h, out};
+  };
+  for (const int ways : {0, 2, 3, 4})
+    for (const bool h_wanted : {false, true}) {
+      CAPTURE(ways, h_wanted);
+      // create_graph; w's, the bias's, h's where wanted
+      std::vector<std::uint64_t> results[2][3];
+      for (const bool create_graph : {false, true}) {
+        Tape<double, counted> tape;
+        const auto [w, bias, h, out] = build(tape, ways);
+        counted::reset();
+        const auto g = h_wanted ? grad(out, {w, bias, h}, {.create_graph = create_graph})
+                                : grad(out, {w, bias}, {.create_graph = create_graph});
+        KernelCalls calls = counted::calls();
+        if (!create_graph) {
+          CHECK(calls["relu_bias_backward"] == (h_wanted || ways == 0 ? 1u : 0u));
+          CHECK(calls["binary relu_backward"] == 0);
+          CHECK(calls["add_n"] == (ways == 4 ? 2u : 1u));
+        }
+        for (std::size_t k = 0; k < g.size(); ++k) results[create_graph][k] = bits(g[k].value());
+      }
+      for (std::size_t k = 0; k < 3; ++k) CHECK(results[0][k] == results[1][k]);
+      // The CPU backend, which adds each gradient as it comes and runs the rule.
+      Tape<double, cpu> tape;
+      const auto [w, bias, h, out] = build(tape, ways);
+      const auto g = h_wanted ? grad(out, {w, bias, h}) : grad(out, {w, bias});
+      for (std::size_t k = 0; k < g.size(); ++k) CHECK(results[0][k] == bits(g[k].value()));
+    }
 }
 
 TEST_CASE(

@@ -17,6 +17,7 @@ namespace platipus {
   template void cuda::foreach_sub_mul<T>(const SubMulLayout<T>&);                                  \
   template void cuda::foreach_mul<T>(const MulLayout<T>&);                                         \
   template void cuda::add_n<T>(const SummandsLayout<T>&);                                          \
+  template void cuda::add_n<T>(const SummandsLayout<T>&, const BiasLayout&, T*);                   \
   template void cuda::foreach_add_n<T>(const SumsLayout<T>&);                                      \
   template void cuda::foreach_unary<T>(UnaryOp, const PiecesLayout<T>&, T);                        \
   template void cuda::relu_bias_backward<T>(const BiasLayout&, const T*, const T*, T*, T*);        \

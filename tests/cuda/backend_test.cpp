@@ -115,8 +115,10 @@ TEMPLATE_TEST_CASE("every binary op code matches the CPU backend under broadcast
   }
 }
 
-TEMPLATE_TEST_CASE("add_n matches the CPU backend bit for bit, repeated and negated summands too",
-                   "[cuda][backend]", float, double) {
+TEMPLATE_TEST_CASE(
+    "add_n matches the CPU backend bit for bit, repeated and negated summands, routed and "
+    "row-summed too",
+    "[cuda][backend]", float, double) {
   using T = TestType;
   const Tensor<T> full = normal<T>({2, 5, 3, 4}, 20), other = normal<T>({2, 5, 3, 4}, 21);
   // Repeated along one run of axes or two (conv4's per-channel gradients).
@@ -144,6 +146,16 @@ TEMPLATE_TEST_CASE("add_n matches the CPU backend bit for bit, repeated and nega
       const auto routed_device =
           raw::add_n(std::span<const Tensor<T, cuda>* const>(x_d), std::span(negate), &route_d);
       CHECK(routed_device.template to<cpu>().to_vector() == routed_host.to_vector());
+      // And its rows summed for a bias [2, 5, 4]: a ReLU layer's gradients
+      // from a gradient in parts (add_n with BiasLayout's row sums).
+      const auto layer_host = raw::relu_bias_backward(std::span<const Tensor<T>* const>(x),
+                                                      std::span(negate), route, {2, 5, 4});
+      const auto layer_device = raw::relu_bias_backward(
+          std::span<const Tensor<T, cuda>* const>(x_d), std::span(negate), route_d, {2, 5, 4});
+      REQUIRE(layer_host);
+      REQUIRE(layer_device);
+      CHECK(layer_device->first.template to<cpu>().to_vector() == layer_host->first.to_vector());
+      CHECK(layer_device->second.template to<cpu>().to_vector() == layer_host->second.to_vector());
     }
 }
 

@@ -162,9 +162,10 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     static_assert(B::gradients_per_add >= 2 && B::gradients_per_add <= SummandsLayout<T>::capacity);
     const int fold_at = options.create_graph ? 2 : B::gradients_per_add;
     // One of several outputs (a foreach op's piece), or the output of a node
-    // that routes its gradient (Node::routed_by), holds a full set until one
-    // more comes, so that a set read first is added with its op's others
-    // (fold_outputs) or routed in the same call (route), where the backend
+    // that routes its gradient (Node::routed_by) or takes it in parts
+    // (Node::takes_parts), holds a full set until one more comes, so that a
+    // set read first is added with its op's others (fold_outputs), routed in
+    // the same call (route) or added by the rule's own call, where the backend
     // adds more than two in a call (on the CPU, adding two at a time, waiting
     // would hold memory for a loop of add_n); any other value adds a set as
     // it fills. A recording sweep adds each as it comes: the tape's order
@@ -244,7 +245,8 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
         p.parts[static_cast<std::size_t>(p.count++)] = std::move(filled);
       }
       const bool piece = pieces_wait && v->producer != nullptr &&
-                         (v->producer->outputs.size() > 1 || v->producer->routed_by.has_value());
+                         (v->producer->outputs.size() > 1 || v->producer->routed_by.has_value() ||
+                          v->producer->takes_parts);
       if (piece && p.count == fold_at) fold(p);
       if (auto* h = held(g)) ++*h;
       p.negated[static_cast<std::size_t>(p.count)] = negated;
@@ -311,6 +313,20 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
     std::vector<Var<T, B>> out_grads, in_grads;
     std::vector<char> out_negated, needs, negated;
     std::vector<std::optional<T>> out_uniform, in_uniform;
+    // Output 0's gradient parts, offered to a rule that takes them
+    // (Node::takes_parts) in a sweep that records nothing: the rule adds
+    // them in its own call, one kernel fewer (issue 38).
+    Values part_values{};
+    auto parts_for = [&](const detail::Node<T, B>& node) -> std::span<const Tensor<T, B>* const> {
+      if (!node.takes_parts || options.create_graph) return {};
+      const Value* out = node.outputs[0];
+      Summands& p = grads[slot(out)];
+      if (p.count < 2 || wanted[slot(out)]) return {};
+      const auto summands = values_of(p, part_values);
+      if (!raw::add_n_takes(summands) || raw::add_n_shape(summands) != out->data.shape())
+        return {};  // broadcast parts only: the rule reads their sum expanded
+      return summands;
+    };
     for (std::size_t n = last; n-- > first;) {
       auto* node = tape.node_list()[n];  // re-read: recording rules grow the list
       out_grads.clear();
@@ -319,9 +335,11 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       bool any_grad = false;
       fold_outputs(*node);
       if (route(*node)) continue;
+      const auto parts = parts_for(*node);
       for (const Value* v : node->outputs) {
-        auto [g, g_negated, uniform] = gradient(v);
-        any_grad = any_grad || g.defined() || uniform;
+        auto [g, g_negated, uniform] =
+            parts.empty() || v != node->outputs[0] ? gradient(v) : Gradient{};
+        any_grad = any_grad || g.defined() || uniform || !parts.empty();
         out_grads.push_back(std::move(g));
         out_negated.push_back(g_negated);
         out_uniform.push_back(uniform);
@@ -339,8 +357,9 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       negated.assign(node->inputs.size(), 0);
       in_uniform.assign(node->inputs.size(), std::nullopt);
       const std::size_t made = tape.values();  // the rule's temporaries, expansions included
-      Backward<T, B> context(*node, out_grads, out_negated, out_uniform, needs, in_grads, negated,
-                             in_uniform);
+      Backward<T, B> context(
+          *node, out_grads, out_negated, out_uniform, needs, in_grads, negated, in_uniform, parts,
+          parts.empty() ? std::span<const bool>() : negated_of(grads[slot(node->outputs[0])]));
       node->backward(context);
       // A gradient the rule gives several inputs (sub's, to both) is held
       // for all of them before any is added in: adding it into one input's

@@ -12,10 +12,12 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "platipus/autodiff/tape.hpp"
+#include "platipus/tensor/elementwise.hpp"
 
 namespace platipus {
 
@@ -32,11 +34,15 @@ class Backward {
   // grads[k] is the k-th output's gradient, or its negation where
   // grads_negated[k], or, where uniform[k] holds a value, undefined: every
   // element of the gradient is that value (see uniform_grad); the rule's
-  // results[i] likewise with negated[i] and uniform_results[i].
+  // results[i] likewise with negated[i] and uniform_results[i]. Where
+  // `parts` is given, grads[0] is undefined: the output's gradient is their
+  // sum (see grad_parts).
   Backward(detail::Node<T, B>& node, std::span<Var<T, B>> grads, std::span<char> grads_negated,
            std::span<std::optional<T>> uniform, std::span<const char> needs,
            std::span<Var<T, B>> results, std::span<char> negated,
-           std::span<std::optional<T>> uniform_results)
+           std::span<std::optional<T>> uniform_results,
+           std::span<const Tensor<T, B>* const> parts = {},
+           std::span<const bool> parts_negated = {})
       : node_(node),
         grads_(grads),
         grads_negated_(grads_negated),
@@ -44,13 +50,16 @@ class Backward {
         needs_(needs),
         results_(results),
         negated_(negated),
-        uniform_results_(uniform_results) {}
+        uniform_results_(uniform_results),
+        parts_(parts),
+        parts_negated_(parts_negated) {}
 
   Var<T, B> input(std::size_t i) const { return Var<T, B>(node_.inputs[i]); }
   Var<T, B> output(std::size_t k = 0) const { return Var<T, B>(node_.outputs[k]); }
   // The gradient of the k-th output, at the output's shape; undefined when
   // none flowed into it (only possible for ops with several outputs).
   Var<T, B> grad(std::size_t k = 0) const {
+    add_parts(k);
     fill_uniform(k, node_.outputs[k]->data.shape());
     negate_now(k);
     return expanded(k);
@@ -63,6 +72,7 @@ class Backward {
   // of the expanded gradient.
   Var<T, B> broadcast_grad(std::size_t k = 0) const {
     if (GradMode::enabled()) return grad(k);
+    add_parts(k);
     fill_uniform(k, one_value(k));
     negate_now(k);
     return grads_[k];
@@ -74,6 +84,7 @@ class Backward {
   // set(i, ..., negated) so that no kernel negates it: (-a) b is -(a b) to
   // the bit. Not for a sum of g's elements (see detail::set_sum_to).
   std::pair<Var<T, B>, bool> signed_grad(std::size_t k = 0) const {
+    add_parts(k);
     fill_uniform(k, node_.outputs[k]->data.shape());
     return {expanded(k), grads_negated_[k] != 0};
   }
@@ -81,6 +92,7 @@ class Backward {
   // (see broadcast_grad), for rules that pass it on as a view.
   std::pair<Var<T, B>, bool> signed_broadcast_grad(std::size_t k = 0) const {
     if (GradMode::enabled()) return signed_grad(k);
+    add_parts(k);
     fill_uniform(k, one_value(k));
     return {grads_[k], grads_negated_[k] != 0};
   }
@@ -91,6 +103,14 @@ class Backward {
   // gradient: a loss's mean or sum passes it on, and mse's square takes one
   // scale (issue 38). Host arithmetic on it is T's, as a kernel's.
   std::optional<T> uniform_grad(std::size_t k = 0) const { return uniform_[k]; }
+  // Output 0's gradient as the parts (2 or more, which add_n takes) that a
+  // sweep recording nothing still holds for a rule that takes them
+  // (Node::takes_parts), in the order they arrived, negated where
+  // grad_parts_negated says: their sum, as add_n adds them, is the
+  // gradient. Empty where the gradient is one tensor, or once grad() or
+  // the like has added them.
+  std::span<const Tensor<T, B>* const> grad_parts() const { return parts_; }
+  std::span<const bool> grad_parts_negated() const { return parts_negated_; }
   bool needs(std::size_t i) const { return needs_[i] != 0; }
   void set(std::size_t i, Var<T, B> g) { results_[i] = g; }
   void set(std::size_t i, Var<T, B> g, bool negated) {
@@ -140,6 +160,14 @@ class Backward {
     return Shape(std::vector<std::int64_t>(
         static_cast<std::size_t>(node_.outputs[k]->data.shape().rank()), 1));
   }
+  // The parts added up, as the sweep adds a value's gradients, for a rule
+  // that reads the gradient as one tensor.
+  void add_parts(std::size_t k) const {
+    if (k != 0 || parts_.empty()) return;
+    grads_[0] = tape().constant(raw::add_n(parts_, parts_negated_));
+    parts_ = {};
+    parts_negated_ = {};
+  }
   void negate_now(std::size_t k) const {
     if (!grads_negated_[k]) return;
     grads_[k] = neg(grads_[k]);
@@ -154,6 +182,8 @@ class Backward {
   std::span<Var<T, B>> results_;
   std::span<char> negated_;
   std::span<std::optional<T>> uniform_results_;
+  mutable std::span<const Tensor<T, B>* const> parts_;
+  mutable std::span<const bool> parts_negated_;
 };
 
 // Which values an op's backward rule reads beyond their shapes: bit i of

@@ -62,6 +62,10 @@ struct Node {
   // routed_by is > 0 and 0 elsewhere (relu_backward), and nothing else, so
   // that a sweep may add the gradient's parts and route them in one call.
   std::optional<std::uint32_t> routed_by;
+  // Where set, the rule may read its output's gradient as the parts a sweep
+  // that records nothing still holds (Backward::grad_parts), to add them
+  // within a call of its own.
+  bool takes_parts = false;
   virtual void backward(Backward<T, B>& context) = 0;
   virtual ~Node() = default;
 };

@@ -99,6 +99,11 @@ concept Backend = requires(
   // y = ±x_0 ± x_1 ± ... in that order (SummandsLayout, 2 to its capacity).
   {B::add_n(sf)};
   {B::add_n(sd)};
+  // And y's rows summed into a bias's gradient (BiasLayout: each batch
+  // entry's rows from +0 in order), in the same call: a linear layer's ReLU
+  // and bias gradients from a gradient in parts.
+  {B::add_n(sf, bias, y)};
+  {B::add_n(sd, bias, yd)};
   // Several such sums in one call (SumsLayout), each with add_n's bits.
   {B::foreach_add_n(nf)};
   {B::foreach_add_n(nd)};

@@ -170,6 +170,11 @@ struct CountingBackend : B {
     B::add_n(l);
   }
   template <class T>
+  static void add_n(const SummandsLayout<T>& l, const BiasLayout& bias, T* sums) {
+    count("add_n");
+    B::add_n(l, bias, sums);
+  }
+  template <class T>
   static void foreach_add_n(const SumsLayout<T>& l) {
     count("foreach_add_n");
     B::foreach_add_n(l);

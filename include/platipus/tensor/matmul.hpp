@@ -8,6 +8,7 @@
 #include <span>
 #include <utility>
 
+#include "platipus/tensor/elementwise.hpp"
 #include "platipus/tensor/layout.hpp"
 #include "platipus/tensor/reduce.hpp"
 #include "platipus/tensor/tensor.hpp"
@@ -229,6 +230,28 @@ std::optional<std::pair<Tensor<T, B>, Tensor<T, B>>> relu_bias_backward(const Te
   if (!l) return std::nullopt;
   std::pair<Tensor<T, B>, Tensor<T, B>> d{Tensor<T, B>(g.shape()), Tensor<T, B>(bias)};
   B::relu_bias_backward(*l, g.data(), y.data(), d.first.data(), d.second.data());
+  return d;
+}
+
+// relu_bias_backward of a gradient that is still parts: ±g[0] ± g[1] ...
+// added as add_n adds them (negated where negate says), routed by y, and
+// the bias's gradient, in one backend call (add_n's, with BiasLayout's row
+// sums): the bits of add_n then relu_bias_backward. Nothing where that
+// gives nothing.
+template <class T, class B>
+std::optional<std::pair<Tensor<T, B>, Tensor<T, B>>> relu_bias_backward(
+    std::span<const Tensor<T, B>* const> g, std::span<const bool> negate, const Tensor<T, B>& y,
+    const Shape& bias) {
+  const char* who = "relu_bias_backward";
+  const Shape sum = add_n_shape(g, who);
+  check(sum == y.shape(), who, "gradient {} for an output {}", sum, y.shape());
+  const std::optional<BiasLayout> l =
+      detail::bias_layout(sum, bias.take_front(bias.rank() - 1), bias.dim(-1));
+  if (!l) return std::nullopt;
+  std::pair<Tensor<T, B>, Tensor<T, B>> d{Tensor<T, B>(), Tensor<T, B>(bias)};
+  SummandsLayout<T> parts = detail::summands_layout(g, negate, d.first, who);
+  parts.route = y.data();
+  B::add_n(parts, *l, d.second.data());
   return d;
 }
 

@@ -40,13 +40,19 @@ Var<T, B> linear(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b,
   const UnaryOp op = activation == Activation::relu   ? UnaryOp::relu
                      : activation == Activation::tanh ? UnaryOp::tanh
                                                       : UnaryOp::sigmoid;
-  return record(
+  Var<T, B> y = record(
       "linear_activation", {x, w, b}, raw::linear(x.value(), w.value(), b.value(), op),
       [activation](Backward<T, B>& c) {
         if (activation == Activation::relu && c.needs(2) && !GradMode::enabled()) {
-          // Nothing to record: ReLU's gradient and the bias's in one call.
-          if (auto d = raw::relu_bias_backward(c.grad().value(), c.output().value(),
-                                               c.input(2).shape())) {
+          // Nothing to record: ReLU's gradient and the bias's in one call,
+          // which also adds the gradient's parts where the sweep still
+          // holds them (where a hidden layer's output is read twice).
+          const Shape& bias = c.input(2).shape();
+          auto d = c.grad_parts().empty()
+                       ? raw::relu_bias_backward(c.grad().value(), c.output().value(), bias)
+                       : raw::relu_bias_backward(c.grad_parts(), c.grad_parts_negated(),
+                                                 c.output().value(), bias);
+          if (d) {
             detail::matmul_backward(c, c.tape().constant(std::move(d->first)), false, false);
             c.set(2, c.tape().constant(std::move(d->second)));
             return;
@@ -55,6 +61,9 @@ Var<T, B> linear(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b,
         detail::linear_backward(c, activation_backward(activation, c.grad(), c.output()));
       },
       Saved{.inputs = 0b011, .outputs = true});
+  if (activation == Activation::relu)
+    if (auto* node = y.record()->producer) node->takes_parts = true;
+  return y;
 }
 
 }  // namespace platipus

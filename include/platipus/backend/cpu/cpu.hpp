@@ -149,6 +149,11 @@ struct cpu {
       for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = functors::relu_backward{}(l.y[i], l.route[i]);
   }
   template <class T>
+  static void add_n(const SummandsLayout<T>& l, const BiasLayout& bias, T* sums) {
+    add_n(l);
+    sum_rows(bias, sums, [y = l.y](std::int64_t at) { return y[at]; });
+  }
+  template <class T>
   static void foreach_add_n(const SumsLayout<T>& l) {
     for (int i = 0; i < l.count; ++i) add_n(l.sum[static_cast<std::size_t>(i)]);
   }

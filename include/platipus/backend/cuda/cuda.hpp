@@ -81,6 +81,8 @@ struct cuda {
   template <class T>
   static void add_n(const SummandsLayout<T>& l);
   template <class T>
+  static void add_n(const SummandsLayout<T>& l, const BiasLayout& bias, T* sums);
+  template <class T>
   static void foreach_add_n(const SumsLayout<T>& l);
   template <class T>
   static void foreach_unary(UnaryOp op, const PiecesLayout<T>& l, T s);

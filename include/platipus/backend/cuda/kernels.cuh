@@ -136,11 +136,35 @@ __device__ T add_summands(const SummandsLayout<T>& l, std::int64_t i) {
   return s;
 }
 
+// add_n's element i, routed where l.route is set, stored and returned.
+template <class T>
+__device__ T add_n_element(const SummandsLayout<T>& l, std::int64_t i) {
+  return l.y[i] = l.route ? functors::relu_backward{}(add_summands(l, i), l.route[i])
+                          : add_summands(l, i);
+}
+
 template <class T>
 __global__ void add_n_kernel(SummandsLayout<T> l) {
-  for (std::int64_t i = thread_index(); i < l.n; i += thread_count())
-    l.y[i] =
-        l.route ? functors::relu_backward{}(add_summands(l, i), l.route[i]) : add_summands(l, i);
+  for (std::int64_t i = thread_index(); i < l.n; i += thread_count()) add_n_element(l, i);
+}
+
+// Element o of a bias's gradient (BiasLayout: batch entry o / n, column
+// o % n): element(at), at the flat index of a [batch, rows, n] block, summed
+// down its column from +0, rows in order (the CPU's order).
+template <class T, class Element>
+__device__ T column_sum(const BiasLayout& l, std::int64_t o, Element element) {
+  const std::int64_t k = o / l.n, i = o % l.n;
+  T sum = T(0);
+  for (std::int64_t r = 0; r < l.rows; ++r) sum = sum + element((k * l.rows + r) * l.n + i);
+  return sum;
+}
+
+// add_n and y's rows summed: a thread per bias element, down its column of
+// rows (as relu_bias_backward_kernel).
+template <class T>
+__global__ void add_n_row_sums_kernel(SummandsLayout<T> l, BiasLayout bias, T* sums) {
+  for (std::int64_t o = thread_index(); o < bias.batch * bias.n; o += thread_count())
+    sums[o] = column_sum<T>(bias, o, [&](std::int64_t at) { return add_n_element(l, at); });
 }
 
 // blockIdx.y picks the sum, as in the foreach kernels. The layout is passed
@@ -202,17 +226,6 @@ __global__ void foreach_unary_kernel(F f, PiecesLayout<T> l, T s) {
   const T* x = l.a[p];
   T* y = l.y[p];
   for (std::int64_t i = thread_index(); i < l.n[p]; i += thread_count()) y[i] = f(x[i], s);
-}
-
-// Element o of a bias's gradient (BiasLayout: batch entry o / n, column
-// o % n): element(at), at the flat index of a [batch, rows, n] block, summed
-// down its column from +0, rows in order (the CPU's order).
-template <class T, class Element>
-__device__ T column_sum(const BiasLayout& l, std::int64_t o, Element element) {
-  const std::int64_t k = o / l.n, i = o % l.n;
-  T sum = T(0);
-  for (std::int64_t r = 0; r < l.rows; ++r) sum = sum + element((k * l.rows + r) * l.n + i);
-  return sum;
 }
 
 // A thread per bias gradient element, down its column of rows.
@@ -908,6 +921,12 @@ void cuda::axpy(const T* a, const T* b, T* y, std::int64_t n, T s) {
 template <class T>
 void cuda::add_n(const SummandsLayout<T>& l) {
   cuda_kernels::launch("cuda::add_n", l.n, cuda_kernels::add_n_kernel<T>, l);
+}
+
+template <class T>
+void cuda::add_n(const SummandsLayout<T>& l, const BiasLayout& bias, T* sums) {
+  cuda_kernels::launch("cuda::add_n", bias.batch * bias.n, cuda_kernels::add_n_row_sums_kernel<T>,
+                       l, bias, sums);
 }
 
 template <class T>
