@@ -943,6 +943,9 @@ TEST_CASE(
   CHECK_THROWS_WITH(
       raw::relu_bias_backward(summands, std::span(negate), narrow, {3, 5}),
       Contains("relu_bias_backward") && Contains("gradient [3, 4, 5] for an output [3, 4, 1]"));
+  CHECK_THROWS_WITH(
+      raw::relu_bias_backward(std::span<const Tensor<double>* const>(), {}, y, {3, 5}),
+      Contains("relu_bias_backward") && Contains("no summands given"));
 
   // A hidden layer's output read two, three and four ways (as in the outer
   // sweep of second-order MAML), one part negated and one broadcast; and h's

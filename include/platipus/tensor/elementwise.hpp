@@ -329,10 +329,11 @@ std::vector<Tensor<T, B>> foreach_sum_to(const std::vector<const Tensor<T, B>*>&
                             [copies](const PiecesLayout<T>& l) { B::foreach_sum_to(l, copies); });
 }
 
-// The shape of add_n's sum of x (one summand at least): their broadcast
-// shape; `op` names the caller where they do not broadcast.
+// The shape of add_n's sum of x: their broadcast shape; `op` names the
+// caller where there are none or they do not broadcast.
 template <class T, class B>
 Shape add_n_shape(std::span<const Tensor<T, B>* const> x, const char* op = "add_n") {
+  check(!x.empty(), op, "no summands given");
   Shape out = x[0]->shape();
   for (std::size_t i = 1; i < x.size(); ++i) out = broadcast_shapes(out, x[i]->shape(), op);
   return out;
