@@ -497,6 +497,50 @@ TEST_CASE("gradients through uniform seeds match finite differences, first and s
   CHECK(second.ok);
 }
 
+TEST_CASE("sum_outputs seeds 1 in every element of an output, without the sum's kernel",
+          "[grad][backend][errors]") {
+  // Each row's mean squared error [3], the inner loop's loss per task: the
+  // gradient of their sum, with the bits and the calls of a sweep from the
+  // sum, which costs one reduction more before it; first and second order.
+  Tape<float, counted> tape;
+  const auto inputs = two_variables(tape, 86);
+  const auto& [x, y] = inputs;
+  const C rows = squared_error(x, y, 1, true);
+  REQUIRE(rows.shape() == Shape{3});
+  counted::reset();
+  const C total = sum(rows);
+  CHECK(counted::calls().total() == 1u);
+  for (const bool create_graph : {false, true}) {
+    const CountedSweep summed = counted_sweep(total, inputs, create_graph, true);
+    counted::reset();
+    const auto g = grad(std::span<const C>(&rows, 1), std::span<const C>(inputs), {},
+                        {.create_graph = create_graph, .sum_outputs = true});
+    CHECK(counted::calls().by_name == summed.calls.by_name);
+    CHECK(g[0].value().to<cpu>().to_vector() == summed.grads[0]);
+    CHECK(g[1].value().to<cpu>().to_vector() == summed.grads[1]);
+    CHECK(g[0].requires_grad() == create_graph);
+  }
+  // Differentiated again, against central differences (double).
+  Generator gen(87);
+  std::vector<Tensor<double>> at;
+  for (int i = 0; i < 2; ++i) at.push_back(raw::normal<double>({3, 4}, gen));
+  const DoubleFunction<cpu> first = [](std::span<const V> v) {
+    const V per_row = squared_error(mul(v[0], v[0]), v[1], 1, true);
+    const auto g =
+        grad(std::span<const V>(&per_row, 1), v, {}, {.create_graph = true, .sum_outputs = true});
+    return concat({reshape(g[0], {-1}), reshape(g[1], {-1})}, 0);
+  };
+  const auto second = gradcheck(first, at);
+  INFO(second.message);
+  CHECK(second.ok);
+  // Without it a non-scalar output still needs a seed; with a seed it is refused.
+  CHECK_THROWS_WITH(grad(rows, x), Contains("[3]") && Contains("sum_outputs"));
+  const C seed = tape.constant(Tensor<float, counted>::ones({3}));
+  CHECK_THROWS_WITH(grad(std::span<const C>(&rows, 1), std::span<const C>(inputs),
+                         std::span<const C>(&seed, 1), {.sum_outputs = true}),
+                    Contains("grad_outputs given with sum_outputs"));
+}
+
 TEST_CASE("under a no-grad guard ops record nothing", "[grad]") {
   Tape<double> tape;
   const auto x = tape.variable(Tensor<double>::ones({2}));

@@ -38,6 +38,12 @@ struct GradOptions {
   // Return zeros (as JAX does) for inputs that the outputs do not depend on,
   // instead of throwing.
   bool allow_unused = false;
+  // Differentiate the sum of each output's elements (JAX's grad of f(x).sum()):
+  // without grad_outputs, an output of any shape is seeded with 1 in every
+  // element, known on the host as a single value's seed is. The inner loop's
+  // loss per task (its tasks' gradients are independent) needs no kernel to
+  // add the tasks up when nobody reads the sum (issue 38).
+  bool sum_outputs = false;
 };
 
 namespace detail {
@@ -52,7 +58,8 @@ inline bool broadcasts_at_rank(const Shape& g, const Shape& x) {
 }  // namespace detail
 
 // Gradients of sum_k <outputs[k], grad_outputs[k]> with respect to each input.
-// Without grad_outputs every output must be a single value (seed 1).
+// Without grad_outputs every output must be a single value (seed 1), or
+// options.sum_outputs seeds 1 in each element of any output.
 template <class T, class B>
 std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const Var<T, B>> inputs,
                             std::span<const Var<T, B>> grad_outputs, GradOptions options = {}) {
@@ -60,10 +67,13 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
   Tape<T, B>& tape = detail::common_tape("grad", outputs);
   check(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "grad",
         "{} grad_outputs given for {} outputs", grad_outputs.size(), outputs.size());
+  check(grad_outputs.empty() || !options.sum_outputs, "grad",
+        "grad_outputs given with sum_outputs, which seeds 1 in every element itself");
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     if (grad_outputs.empty()) {
-      check(outputs[k].numel() == 1, "grad",
-            "output {} has shape {}; a non-scalar output needs grad_outputs (a seed of its shape)",
+      check(outputs[k].numel() == 1 || options.sum_outputs, "grad",
+            "output {} has shape {}; a non-scalar output needs grad_outputs (a seed of its shape) "
+            "or sum_outputs",
             k, outputs[k].shape());
     } else {
       check(grad_outputs[k].defined() && grad_outputs[k].shape() == outputs[k].shape(), "grad",

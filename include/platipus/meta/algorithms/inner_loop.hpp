@@ -130,12 +130,19 @@ Tensor<T, B> flat_values(const Pieces<T, B>& pieces, const nn::ParamLayout& layo
   return flatten(std::span<const Var<T, B>>(pieces), batch, layout.shapes()).value().clone();
 }
 
+// Each task's mean loss [tasks].
+template <class M, class L, class T, class B>
+Var<T, B> task_losses(const M& model, const L& loss, const Pieces<T, B>& params, const Var<T, B>& x,
+                      const Var<T, B>& y) {
+  return loss(model.forward(std::span<const Var<T, B>>(params), x), y, 1);
+}
+
 // The sum over tasks of each task's mean loss: its gradient with respect to
 // per-task parameters is, task by task, each task's own gradient.
 template <class M, class L, class T, class B>
 Var<T, B> task_loss(const M& model, const L& loss, const Pieces<T, B>& params, const Var<T, B>& x,
                     const Var<T, B>& y) {
-  return sum(loss(model.forward(std::span<const Var<T, B>>(params), x), y, 1));
+  return sum(task_losses(model, loss, params, x, y));
 }
 
 // Each task's gradient scaled to Euclidean norm at most c over all its
@@ -200,8 +207,11 @@ Pieces<T, B> clip_task_norms(const Pieces<T, B>& g, double c) {
 
 template <class T, class B>
 struct Adapted {
-  Pieces<T, B> params;     // phi after the last step, pieces [T, shape...]
-  Var<T, B> initial_loss;  // the summed support loss at the start (undefined when steps == 0)
+  Pieces<T, B> params;  // phi after the last step, pieces [T, shape...]
+  // Each task's support loss at the start [T] (undefined when steps == 0).
+  // The statistic, their sum, is taken by the learners that report it: a
+  // kernel that most steps would spend on a value nobody reads (issue 38).
+  Var<T, B> initial_losses;
 };
 
 // How an adaptation runs beyond its InnerLoop settings.
@@ -225,7 +235,9 @@ struct AdaptOptions {
 };
 
 // One step, phi - alpha * (clip(grad L(phi, D_train)) + noise) on the adapted
-// pieces, and the summed support loss at phi it descended.
+// pieces, and each task's support loss at the phi it descended: the step
+// descends their sum, whose gradient needs no kernel to add them up
+// (GradOptions::sum_outputs).
 template <class M, class L, class T, class B>
 Adapted<T, B> inner_step(const M& model, const L& loss, Pieces<T, B> phi, const Var<T, B>& x,
                          const Var<T, B>& y, const InnerLoop& loop,
@@ -239,9 +251,9 @@ Adapted<T, B> inner_step(const M& model, const L& loss, Pieces<T, B> phi, const 
     check(i < phi.size(), "adapt", "piece {} of a model of {}", i, phi.size());
     moving.push_back(phi[i]);
   }
-  const Var<T, B> support_loss = task_loss(model, loss, phi, x, y);
-  auto g = grad(support_loss, std::span<const Var<T, B>>(moving),
-                {.create_graph = options.create_graph});
+  const Var<T, B> support_losses = task_losses(model, loss, phi, x, y);
+  auto g = grad(std::span<const Var<T, B>>(&support_losses, 1), std::span<const Var<T, B>>(moving),
+                {}, {.create_graph = options.create_graph, .sum_outputs = true});
   if (loop.max_gradient_norm > 0) g = clip_task_norms(g, loop.max_gradient_norm);
   if (loop.gradient_noise > 0) {
     // The draws, their scaling and the sums for all pieces by one call each
@@ -274,7 +286,7 @@ Adapted<T, B> inner_step(const M& model, const L& loss, Pieces<T, B> phi, const 
                                 static_cast<T>(-loop.learning_rate));
   }
   for (std::size_t k = 0; k < adapted.size(); ++k) phi[adapted[k]] = moving[k];
-  return {std::move(phi), support_loss};
+  return {std::move(phi), support_losses};
 }
 
 // adapt with options.detached: the steps on tapes of their own, each
@@ -286,7 +298,7 @@ Adapted<T, B> adapt_detached(const M& model, const L& loss, Pieces<T, B> phi, co
   Tape<T, B>& caller = x.tape();
   std::vector<Tensor<T, B>> values;
   for (const auto& piece : phi) values.push_back(piece.value().clone());
-  Tensor<T, B> initial_loss;
+  Tensor<T, B> initial_losses;
   for (int step = 0; step < loop.steps; ++step) {
     Tape<T, B> tape;
     Pieces<T, B> start, rates;
@@ -297,13 +309,14 @@ Adapted<T, B> adapt_detached(const M& model, const L& loss, Pieces<T, B> phi, co
     here.rates = options.rates ? &rates : nullptr;
     const auto next = inner_step(model, loss, std::move(start), tape.constant_view(x.value()),
                                  tape.constant_view(y.value()), loop, here);
-    if (step == 0) initial_loss = next.initial_loss.value().clone();
+    if (step == 0) initial_losses = next.initial_losses.value().clone();
     values.clear();
     for (const auto& piece : next.params) values.push_back(piece.value().clone());
   }
   phi.clear();
   for (auto& value : values) phi.push_back(caller.constant(std::move(value)));
-  return {std::move(phi), loop.steps > 0 ? caller.constant(std::move(initial_loss)) : Var<T, B>()};
+  return {std::move(phi),
+          loop.steps > 0 ? caller.constant(std::move(initial_losses)) : Var<T, B>()};
 }
 
 // phi_{k+1} = inner_step(phi_k), loop.steps times from phi_0 = params.
@@ -318,13 +331,13 @@ Adapted<T, B> adapt(const M& model, const L& loss, Pieces<T, B> phi, const Var<T
   check(!(options.detached && options.create_graph), "adapt",
         "detached steps cannot be differentiable");
   if (options.detached) return adapt_detached(model, loss, std::move(phi), x, y, loop, options);
-  Var<T, B> initial_loss;
+  Var<T, B> initial_losses;
   for (int step = 0; step < loop.steps; ++step) {
     auto next = inner_step(model, loss, std::move(phi), x, y, loop, options);
-    if (step == 0) initial_loss = next.initial_loss;
+    if (step == 0) initial_losses = next.initial_losses;
     phi = std::move(next.params);
   }
-  return {phi, initial_loss};
+  return {phi, initial_losses};
 }
 
 // theta [P] adapted to each task's support set by the loop's evaluation

@@ -119,8 +119,8 @@ class MamlPlusPlusObjective
     descend(
         parts[theta], parts[log_learning_rates], chunk.support_x, chunk.support_y, chunk.tasks(),
         schedule.step >= settings_.first_order_steps,
-        [&](int k, const Pieces<T, B>& phi, const Var<T, B>& support_loss) {
-          if (k == 0) support = support_loss;
+        [&](int k, const Pieces<T, B>& phi, const Var<T, B>& support_losses) {
+          if (k == 0) support = sum(support_losses);
           if (const double w = weights[static_cast<std::size_t>(k)]; w > 0) query_loss(phi, w);
         },
         [&](const Pieces<T, B>& theta_pieces) { query_loss(theta_pieces, 1); });
@@ -163,7 +163,7 @@ class MamlPlusPlusObjective
   }
 
   // The K steps from theta with the rates exp(log_rates) [K, pieces]; after step
-  // k, after_step(k, phi_k, support loss at phi_{k-1}); with no steps,
+  // k, after_step(k, phi_k, each task's support loss at phi_{k-1}); with no steps,
   // no_steps(theta's pieces per task).
   template <class AfterStep, class NoSteps>
   void descend(const Var<T, B>& theta_var, const Var<T, B>& log_rates,
@@ -186,7 +186,7 @@ class MamlPlusPlusObjective
       auto next = inner_step(model_, loss_, std::move(phi), x, y, settings_.inner_loop,
                              {.create_graph = second_order, .rates = &step_rates});
       phi = std::move(next.params);
-      after_step(k, phi, next.initial_loss);
+      after_step(k, phi, next.initial_losses);
     }
   }
 };

@@ -27,7 +27,9 @@ ChunkTerms<T, B> adapted_query_terms(const M& model, const L& loss, const Adapte
   Tape<T, B>& tape = adapted.params.front().tape();
   const auto query = task_loss(model, loss, adapted.params, tape.constant_view(chunk.query_x),
                                tape.constant_view(chunk.query_y));
-  return {.objective = query, .query = query, .support = adapted.initial_loss};
+  return {.objective = query,
+          .query = query,
+          .support = adapted.initial_losses.defined() ? sum(adapted.initial_losses) : Var<T, B>{}};
 }
 
 }  // namespace platipus

@@ -75,11 +75,11 @@ class ReptileObjective : public ObjectiveBase<M, L, T, B, ReptileSettings, MamlN
                         inner.constant_view(chunk.query_y))
                   .value()
                   .clone();
-      if (adapted.initial_loss.defined()) support = adapted.initial_loss.value().clone();
+      if (adapted.initial_losses.defined()) support = sum(adapted.initial_losses).value().clone();
     }
     return {.objective = sum(expand(parts[theta], rows) * tape.constant(difference)),
             .query = tape.constant(query),
-            .support = adapted.initial_loss.defined() ? tape.constant(support) : Var<T, B>{}};
+            .support = adapted.initial_losses.defined() ? tape.constant(support) : Var<T, B>{}};
   }
 
   // Parameters adapted to each task's support set: [tasks, P].
