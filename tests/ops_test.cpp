@@ -999,6 +999,81 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a scaled value's gradient in parts is added and scaled by one add_n call in a sweep that "
+    "records nothing, with the bits of add_n and scale",
+    "[ops][grad]") {
+  Generator gen(84);
+  // Raw: the bits of add_n then scale, a part negated and one broadcast.
+  const auto a = raw::normal<float>({3, 4, 5}, gen), b = raw::normal<float>({3, 1, 5}, gen);
+  const std::vector<const Tensor<float>*> parts{&a, &b, &a};
+  const std::array<bool, 3> negate{false, true, false};
+  const auto summands = std::span<const Tensor<float>* const>(parts);
+  for (const float s : {0.3f, -1.7f, 1.f})
+    CHECK(bits(raw::scaled_add_n(summands, std::span(negate), s)) ==
+          bits(raw::map(UnaryOp::scale, raw::add_n(summands, std::span(negate)), s)));
+
+  // h = 0.3 x read two, three and four ways, one part negated and one
+  // broadcast, or only through two sums over its rows (broadcast parts,
+  // which the rule reads expanded); h's own gradient asked for too. The
+  // calls are those of the same reads of x itself, with no scale where the
+  // rule takes the parts.
+  using counted = CountingBackend<cpu>;
+  const auto x0 = normal({3, 4, 5}, 480), c0 = normal({3, 4, 5}, 481), d0 = normal({3, 4, 5}, 482),
+             e0 = normal({3, 1, 5}, 483);
+  const auto build = [&]<class Backend>(Tape<double, Backend>& tape, int ways, bool scaled) {
+    const Var<double, Backend> x = tape.variable(x0.to<Backend>()),
+                               c = tape.constant(c0.to<Backend>()),
+                               d = tape.constant(d0.to<Backend>()),
+                               e = tape.constant(e0.to<Backend>());
+    const Var<double, Backend> h = scaled ? scale(x, 0.3) : x;
+    Var<double, Backend> out =
+        ways == 0 ? add(sum(mul(sum_to(h, {3, 1, 5}), e)), sum(mul(sum_to(h, {3, 1, 5}), neg(e))))
+                  : add(sum(mul(h, c)), sum(mul(neg(h), d)));
+    if (ways >= 3) out = add(out, sum(mul(sum_to(h, {3, 1, 5}), e)));
+    if (ways >= 4) out = add(out, sum(square(h)));
+    return std::array<Var<double, Backend>, 3>{x, h, out};
+  };
+  for (const int ways : {0, 2, 3, 4}) {
+    KernelCalls plain;
+    {
+      Tape<double, counted> tape;
+      const auto [x, h, out] = build(tape, ways, false);
+      counted::reset();
+      grad(out, x);
+      plain = counted::calls();
+    }
+    for (const bool h_wanted : {false, true}) {
+      CAPTURE(ways, h_wanted);
+      std::vector<std::uint64_t> results[2][2];  // create_graph; x's, h's where wanted
+      for (const bool create_graph : {false, true}) {
+        Tape<double, counted> tape;
+        const auto [x, h, out] = build(tape, ways, true);
+        counted::reset();
+        const auto g = h_wanted ? grad(out, {x, h}, {.create_graph = create_graph})
+                                : grad(out, {x}, {.create_graph = create_graph});
+        const KernelCalls calls = counted::calls();
+        if (!create_graph) {
+          const bool fused = ways > 0 && !h_wanted;
+          CHECK(calls["add_n"] == plain["add_n"]);
+          CHECK(calls["unary scale"] == plain["unary scale"] + (fused ? 0u : 1u));
+          // h's own gradient from broadcast parts is expanded to h's shape, as x's is.
+          const std::uint64_t expanded = ways == 0 && h_wanted ? 1u : 0u;
+          CHECK(calls["strided_copy"] == plain["strided_copy"] + expanded);
+          CHECK(calls.total() == plain.total() + (fused ? 0u : 1u) + expanded);
+        }
+        for (std::size_t k = 0; k < g.size(); ++k) results[create_graph][k] = bits(g[k].value());
+      }
+      for (std::size_t k = 0; k < 2; ++k) CHECK(results[0][k] == results[1][k]);
+      // The CPU backend, which adds each gradient as it comes and runs the rule.
+      Tape<double, cpu> tape;
+      const auto [x, h, out] = build(tape, ways, true);
+      const auto g = h_wanted ? grad(out, {x, h}) : grad(out, {x});
+      for (std::size_t k = 0; k < g.size(); ++k) CHECK(results[0][k] == bits(g[k].value()));
+    }
+  }
+}
+
+TEST_CASE(
     "add_n adds summands that repeat along up to two runs of axes, with a broadcasting "
     "add's bits",
     "[ops]") {

@@ -116,8 +116,8 @@ TEMPLATE_TEST_CASE("every binary op code matches the CPU backend under broadcast
 }
 
 TEMPLATE_TEST_CASE(
-    "add_n matches the CPU backend bit for bit, repeated and negated summands, routed and "
-    "row-summed too",
+    "add_n matches the CPU backend bit for bit, repeated and negated summands, routed, scaled "
+    "and row-summed too",
     "[cuda][backend]", float, double) {
   using T = TestType;
   const Tensor<T> full = normal<T>({2, 5, 3, 4}, 20), other = normal<T>({2, 5, 3, 4}, 21);
@@ -146,6 +146,12 @@ TEMPLATE_TEST_CASE(
       const auto routed_device =
           raw::add_n(std::span<const Tensor<T, cuda>* const>(x_d), std::span(negate), &route_d);
       CHECK(routed_device.template to<cpu>().to_vector() == routed_host.to_vector());
+      // Scaled (scale's gradient from its parts): the bits of add_n then scale.
+      const auto scaled_host =
+          raw::scaled_add_n(std::span<const Tensor<T>* const>(x), std::span(negate), T(0.3));
+      const auto scaled_device = raw::scaled_add_n(std::span<const Tensor<T, cuda>* const>(x_d),
+                                                   std::span(negate), T(0.3));
+      CHECK(scaled_device.template to<cpu>().to_vector() == scaled_host.to_vector());
       // And its rows summed for a bias [2, 5, 4]: a ReLU layer's gradients
       // from a gradient in parts (add_n with BiasLayout's row sums).
       const auto layer_host = raw::relu_bias_backward(std::span<const Tensor<T>* const>(x),

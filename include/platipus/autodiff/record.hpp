@@ -251,6 +251,15 @@ Var<T, B> record(const char* name, std::initializer_list<Var<T, B>> inputs, Tens
                 std::forward<Rule>(rule), saved);
 }
 
+// y, whose node (where one was recorded) takes its output's gradient in
+// parts where a sweep still holds them (Node::takes_parts): its rule reads
+// Backward::grad_parts.
+template <class T, class B>
+Var<T, B> taking_parts(Var<T, B> y) {
+  if (auto* node = y.record()->producer) node->takes_parts = true;
+  return y;
+}
+
 // An op with several outputs (split): one node, one Var per result.
 template <class T, class B, class Rule>
 std::vector<Var<T, B>> record_many(const char* name, std::span<const Var<T, B>> inputs,

@@ -300,7 +300,9 @@ struct CrossEntropyGradLayout {
 // ones, a per-channel one [tasks, 1, c, 1, 1] beside [tasks, n, c, h, w].
 // Where `route` is set (n elements), y[i] is the sum where route[i] > 0 and
 // 0 elsewhere, relu_backward's formula (op_codes.hpp) applied in the same
-// call: a ReLU's gradient from its parts (autodiff/grad.hpp).
+// call: a ReLU's gradient from its parts (autodiff/grad.hpp). Where `scale`
+// is not 1 (and no route is set), y is the sum times scale, UnaryOp::scale's
+// formula: scale's gradient from its parts (autodiff/ops/arithmetic.hpp).
 template <class T>
 struct SummandsLayout {
   static constexpr int capacity = 3;
@@ -311,6 +313,7 @@ struct SummandsLayout {
   T* y = nullptr;
   std::int64_t n = 0;
   const T* route = nullptr;
+  T scale = 1;
 };
 
 // Up to `capacity` add_n sums by one call (one kernel on a device), sum i by

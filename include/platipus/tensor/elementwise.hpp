@@ -398,6 +398,19 @@ Tensor<T, B> add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool>
   return y;
 }
 
+// s (±x[0] ± x[1] ± ...): add_n's sum scaled in the same call, with the bits
+// of add_n then scale (UnaryOp::scale); scale's rule on a gradient that is
+// still parts (autodiff/ops/arithmetic.hpp).
+template <class T, class B>
+Tensor<T, B> scaled_add_n(std::span<const Tensor<T, B>* const> x, std::span<const bool> negate,
+                          T s) {
+  Tensor<T, B> y;
+  auto l = detail::summands_layout(x, negate, y, "scaled_add_n");
+  l.scale = s;
+  if (y.numel() > 0) B::add_n(l);
+  return y;
+}
+
 // add_n(x[i], negate[i]) for each i, with its bits, by one backend call per
 // SumsLayout's capacity of sums (negate empty: nothing negated).
 template <class T, class B>

@@ -42,11 +42,17 @@ bool set_uniform_sum_to(Backward<T, B>& c, std::size_t i, bool negated) {
 
 // Input 0's gradient where the output is s times it (scale's, and ops that
 // are s times something of their input's): s times the output's gradient,
-// on the host where that is known there.
+// on the host where that is known there, and added and scaled by one call
+// where the sweep still holds it in parts for a node that takes them
+// (raw::scaled_add_n, the bits of add_n then scale): MAML's inner gradient
+// of its loss, which three ops of the layer's recorded backward read
+// (issue 38).
 template <class T, class B>
 void set_scaled(Backward<T, B>& c, T s) {
   if (const auto u = c.uniform_grad())
     c.set_uniform(0, *u * s);
+  else if (const auto parts = c.grad_parts(); !parts.empty())
+    c.set(0, c.tape().constant(raw::scaled_add_n(parts, c.grad_parts_negated(), s)));
   else
     c.set(0, scale(c.broadcast_grad(), s));
 }
@@ -67,9 +73,9 @@ Var<T, B> neg(const Var<T, B>& x) {
 
 template <class T, class B>
 Var<T, B> scale(const Var<T, B>& x, T s) {
-  return record(
+  return taking_parts(record(
       "scale", {x}, raw::map(UnaryOp::scale, x.value(), s),
-      [s](Backward<T, B>& c) { detail::set_scaled(c, s); }, saves_nothing);
+      [s](Backward<T, B>& c) { detail::set_scaled(c, s); }, saves_nothing));
 }
 
 template <class T, class B>

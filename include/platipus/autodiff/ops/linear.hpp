@@ -61,9 +61,7 @@ Var<T, B> linear(const Var<T, B>& x, const Var<T, B>& w, const Var<T, B>& b,
         detail::linear_backward(c, activation_backward(activation, c.grad(), c.output()));
       },
       Saved{.inputs = 0b011, .outputs = true});
-  if (activation == Activation::relu)
-    if (auto* node = y.record()->producer) node->takes_parts = true;
-  return y;
+  return activation == Activation::relu ? taking_parts(std::move(y)) : y;
 }
 
 }  // namespace platipus

@@ -57,10 +57,10 @@ namespace detail {
 // scale's rule gives it (issue 38). y is a constant.
 template <class T, class B>
 Var<T, B> uniform_cross_entropy_gradient(const Var<T, B>& p, const Var<T, B>& y, T u) {
-  return record(
+  return taking_parts(record(
       "cross_entropy_backward", {p},
       raw::cross_entropy_backward(p.value(), y.value(), nullptr, u, nullptr),
-      [u](Backward<T, B>& c) { detail::set_scaled(c, u); }, saves_nothing);
+      [u](Backward<T, B>& c) { detail::set_scaled(c, u); }, saves_nothing));
 }
 
 // The cross-entropy op over raw::cross_entropy's results, y the target rows

@@ -147,6 +147,8 @@ struct cpu {
     for (; k < static_cast<std::size_t>(l.count); ++k, sum = l.y) add_summand(l, k, sum);
     if (l.route)
       for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = functors::relu_backward{}(l.y[i], l.route[i]);
+    else if (l.scale != T(1))
+      for (std::int64_t i = 0; i < l.n; ++i) l.y[i] = functors::scale{}(l.y[i], l.scale);
   }
   template <class T>
   static void add_n(const SummandsLayout<T>& l, const BiasLayout& bias, T* sums) {

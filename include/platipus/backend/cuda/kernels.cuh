@@ -136,11 +136,14 @@ __device__ T add_summands(const SummandsLayout<T>& l, std::int64_t i) {
   return s;
 }
 
-// add_n's element i, routed where l.route is set, stored and returned.
+// add_n's element i, routed where l.route is set or scaled where l.scale is
+// not 1, stored and returned.
 template <class T>
 __device__ T add_n_element(const SummandsLayout<T>& l, std::int64_t i) {
-  return l.y[i] = l.route ? functors::relu_backward{}(add_summands(l, i), l.route[i])
-                          : add_summands(l, i);
+  const T sum = add_summands(l, i);
+  return l.y[i] = l.route           ? functors::relu_backward{}(sum, l.route[i])
+                  : l.scale != T(1) ? functors::scale{}(sum, l.scale)
+                                    : sum;
 }
 
 template <class T>
