@@ -301,8 +301,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       if (in->data.shape() != by.shape()) return false;  // a broadcast g: the rule's error
       Values values{};
       const auto summands = values_of(p, values);
-      if (!raw::add_n_takes(summands)) return false;
-      if (raw::add_n_shape(summands) != by.shape()) return false;
+      if (raw::add_n_takes(summands) != by.shape()) return false;
       Var<T, B> routed = tape.constant(raw::add_n(summands, negated_of(p), &by));
       for (int k = 0; k < p.count; ++k) let_go(p.parts[static_cast<std::size_t>(k)]);
       p = Summands{};
@@ -333,7 +332,7 @@ std::vector<Var<T, B>> grad(std::span<const Var<T, B>> outputs, std::span<const 
       Summands& p = grads[slot(out)];
       if (p.count < 2 || wanted[slot(out)]) return {};
       const auto summands = values_of(p, part_values);
-      if (!raw::add_n_takes(summands) || raw::add_n_shape(summands) != out->data.shape())
+      if (raw::add_n_takes(summands) != out->data.shape())
         return {};  // broadcast parts only: the rule reads their sum expanded
       return summands;
     };

@@ -339,15 +339,17 @@ Shape add_n_shape(std::span<const Tensor<T, B>* const> x, const char* op = "add_
   return out;
 }
 
-// Whether add_n takes these summands, whose shapes broadcast: each of their
-// broadcast shape or repeating over it along at most two runs of axes
-// (repetition_over).
+// The shape of add_n's sum where add_n takes these summands, whose shapes
+// broadcast: each of their broadcast shape or repeating over it along at
+// most two runs of axes (repetition_over); nothing where it does not.
 template <class T, class B>
-bool add_n_takes(std::span<const Tensor<T, B>* const> x) {
-  if (x.empty()) return false;
-  const Shape out = add_n_shape(x);
-  return std::ranges::all_of(
-      x, [&](const auto* xi) { return repetition_over(xi->shape(), out).has_value(); });
+std::optional<Shape> add_n_takes(std::span<const Tensor<T, B>* const> x) {
+  if (x.empty()) return std::nullopt;
+  Shape out = add_n_shape(x);
+  if (!std::ranges::all_of(
+          x, [&](const auto* xi) { return repetition_over(xi->shape(), out).has_value(); }))
+    return std::nullopt;
+  return out;
 }
 
 namespace detail {
