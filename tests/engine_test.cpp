@@ -520,6 +520,15 @@ TEST_CASE("sum_outputs seeds 1 in every element of an output, without the sum's 
     CHECK(g[1].value().to<cpu>().to_vector() == summed.grads[1]);
     CHECK(g[0].requires_grad() == create_graph);
   }
+  // Beside a scalar output, each output seeded with 1 in every element: the
+  // gradient of their sums' sum.
+  const C scalar = sum(mul(x, y));
+  const std::array<C, 2> both{rows, scalar};
+  const auto each =
+      grad(std::span<const C>(both), std::span<const C>(inputs), {}, {.sum_outputs = true});
+  const auto added = grad(add(total, scalar), std::span<const C>(inputs));
+  for (std::size_t k = 0; k < 2; ++k)
+    CHECK(each[k].value().to<cpu>().to_vector() == added[k].value().to<cpu>().to_vector());
   // Differentiated again, against central differences (double).
   Generator gen(87);
   std::vector<Tensor<double>> at;

@@ -1074,6 +1074,44 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a cross-entropy's recorded gradient in parts is added and scaled by one add_n call in the "
+    "outer sweep of a second-order step, with the plain CPU's bits",
+    "[ops][grad]") {
+  // One recorded inner step of a linear classifier on a mean cross-entropy
+  // and the query loss after it, differentiated (MAML's outer sweep): the
+  // recorded u (p - y) is read by the two ops of the step's backward (w's
+  // product and b's sum), whose gradients one add_n adds and scales by u.
+  using counted = CountingBackend<cpu>;
+  const auto x0 = normal({4, 3}, 490), q0 = normal({4, 3}, 491), w0 = normal({3, 5}, 492),
+             b0 = normal({5}, 493);
+  std::vector<double> rows(20, 0.0);
+  for (std::size_t r = 0; r < 4; ++r) rows[r * 5 + (r * 2) % 5] = 1.0;  // one-hot
+  const auto one_hot = Tensor<double>::from_host({4, 5}, rows);
+  const auto step = [&]<class Backend>(Tape<double, Backend>& tape) {
+    const Var<double, Backend> w = tape.variable(w0.to<Backend>()),
+                               b = tape.variable(b0.to<Backend>());
+    const auto loss = [&](const Tensor<double>& x, const Var<double, Backend>& wx,
+                          const Var<double, Backend>& bx) {
+      const auto logits = linear(tape.constant(x.to<Backend>()), wx, bx);
+      return mean(cross_entropy_with_logits(logits, one_hot.to<Backend>()));
+    };
+    const auto g = grad(loss(x0, w, b), {w, b}, {.create_graph = true});
+    const auto query = loss(q0, sub(w, scale(g[0], 0.1)), sub(b, scale(g[1], 0.1)));
+    return std::array<Var<double, Backend>, 3>{w, b, query};
+  };
+  Tape<double, counted> tape;
+  const auto [w, b, query] = step(tape);
+  counted::reset();
+  const auto g = grad(query, {w, b});
+  // The steps' two scales, each of a gradient that came whole; none for u (p - y).
+  CHECK(counted::calls()["unary scale"] == 2u);
+  Tape<double, cpu> plain;
+  const auto [w_cpu, b_cpu, query_cpu] = step(plain);
+  const auto g_cpu = grad(query_cpu, {w_cpu, b_cpu});
+  for (std::size_t k = 0; k < 2; ++k) CHECK(bits(g[k].value()) == bits(g_cpu[k].value()));
+}
+
+TEST_CASE(
     "add_n adds summands that repeat along up to two runs of axes, with a broadcasting "
     "add's bits",
     "[ops]") {

@@ -303,6 +303,8 @@ struct CrossEntropyGradLayout {
 // call: a ReLU's gradient from its parts (autodiff/grad.hpp). Where `scale`
 // is not 1 (and no route is set), y is the sum times scale, UnaryOp::scale's
 // formula: scale's gradient from its parts (autodiff/ops/arithmetic.hpp).
+// Both are add_n's (route also with BiasLayout's row sums, whose CUDA kernel
+// would contract a scale into its column sums); foreach_add_n sets neither.
 template <class T>
 struct SummandsLayout {
   static constexpr int capacity = 3;
@@ -318,7 +320,9 @@ struct SummandsLayout {
 
 // Up to `capacity` add_n sums by one call (one kernel on a device), sum i by
 // sum[i]'s layout: the gradients of a foreach op's pieces, added up when its
-// rule reads them (autodiff/grad.hpp).
+// rule reads them (autodiff/grad.hpp). At 4040 bytes for double it just fits
+// a kernel's 4 KiB of parameters (cuda/kernels.cuh asserts it): a field more
+// in SummandsLayout needs a smaller capacity.
 template <class T>
 struct SumsLayout {
   static constexpr int capacity = PiecesLayout<T>::capacity;
